@@ -1,0 +1,705 @@
+//! Builds the [`ExecPolicy`] from the effective settings and the host.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::env::command_env;
+use crate::error::PolicyError;
+use crate::exec::{ExecPolicy, Limits, NetworkMode};
+use crate::host::HostEnv;
+use crate::paths::{
+    canonical_if_exists, canonical_if_present, create_dir_if_missing, sorted_unique,
+};
+use crate::sensitive::{HOME_SECRETS, PACKAGE_CACHES};
+use crate::settings::{EffectiveSettings, Origin};
+use crate::walk::scan_project;
+
+/// Mode of Garuda's home when this function creates it: only the user may enter.
+const GARUDA_HOME_MODE: u32 = 0o700;
+
+/// Directories where host daemons keep their sockets (`/run/user/<uid>` among them), hidden
+/// behind an empty directory; `$XDG_RUNTIME_DIR` is added from the host.
+const HIDDEN_DIRS: &[&str] = &["/run", "/var/run"];
+
+/// Builds the policy every command of this session runs under.
+///
+/// Every path is canonical and, unless said otherwise, exists; each list is sorted by path
+/// and deduplicated. Side effects, both on purpose: a missing `hooks` directory (and
+/// `config` file) is created in each git repository of the project so that it can be made
+/// read-only, and Garuda's home is created (mode 0700) so that it is unreadable from the
+/// first command on, before any audit key is written there.
+///
+/// Errors: the project root is missing, not a directory, or contains the home directory; a
+/// `sandbox.writable` entry is missing, is (or contains) the home directory, or overlaps an
+/// unreadable path; a path that exists cannot be resolved or listed; a git pointer is stale.
+pub fn build_exec_policy(
+    project_root: &Path,
+    settings: &EffectiveSettings,
+    host: &HostEnv,
+) -> Result<ExecPolicy, PolicyError> {
+    let root = fs::canonicalize(project_root).map_err(|source| PolicyError::Canonicalize {
+        path: project_root.to_path_buf(),
+        source,
+    })?;
+    if !root.is_dir() {
+        return Err(PolicyError::ProjectRootNotDirectory { path: root });
+    }
+    let home = canonical_if_exists(&host.home)?.unwrap_or_else(|| host.home.clone());
+    // A writable home means writable dotfiles (`.bashrc`, `.config/autostart`) that the host
+    // runs after the sandbox is gone.
+    if home.starts_with(&root) {
+        return Err(PolicyError::ProjectRootTooBroad { path: root, home });
+    }
+
+    let mut unreadable = Vec::new();
+    for secret in HOME_SECRETS {
+        unreadable.extend(canonical_if_exists(&home.join(secret.path))?);
+    }
+    unreadable.push(garuda_home(host)?);
+    unreadable.extend(ssh_agent_socket(host)?);
+    for (path, _) in &settings.extra_unreadable {
+        unreadable.extend(canonical_if_exists(path)?);
+    }
+
+    let mut writable = vec![root.clone()];
+    for cache in PACKAGE_CACHES {
+        if let Some(path) = canonical_if_exists(&home.join(cache.path))? {
+            // Only reachable through a link such as `~/.cache -> ~`.
+            if home.starts_with(&path) {
+                return Err(PolicyError::CacheTooBroad { path, home });
+            }
+            writable.push(path);
+        }
+    }
+    let extra_writable = resolve_extra_writable(settings, &home)?;
+    writable.extend(extra_writable.iter().map(|(path, _)| path.clone()));
+    let writable = sorted_unique(writable);
+
+    let scan = scan_project(&root, &writable)?;
+    unreadable.extend(scan.env_files);
+    let unreadable = sorted_unique(unreadable);
+
+    // Checked against every unreadable path, the project's `.env` files included. A default
+    // cache may hold Garuda's home (it stays unreadable), but an entry someone adds must not
+    // open a directory that holds a secret, nor one inside a secret.
+    for (path, origin) in &extra_writable {
+        if let Some(secret) = unreadable
+            .iter()
+            .find(|secret| secret.starts_with(path) || path.starts_with(secret))
+        {
+            return Err(PolicyError::WritableExposesSecret {
+                path: path.clone(),
+                origin: (*origin).clone(),
+                secret: secret.clone(),
+            });
+        }
+    }
+
+    let mut hidden = Vec::new();
+    let xdg = host.xdg_runtime_dir.as_deref();
+    for dir in HIDDEN_DIRS.iter().map(Path::new).chain(xdg) {
+        if let Some(path) = canonical_if_exists(dir)? {
+            if path.is_dir() {
+                hidden.push(path);
+            }
+        }
+    }
+
+    let allow: Vec<String> = settings.env_allow.iter().map(|(n, _)| n.clone()).collect();
+    Ok(ExecPolicy {
+        project_root: root,
+        writable_roots: writable,
+        read_only_paths: sorted_unique(scan.read_only),
+        unreadable_paths: unreadable,
+        hidden_dirs: sorted_unique(hidden),
+        network: NetworkMode::Isolated,
+        env: command_env(&host.vars, &allow),
+        limits: Limits::default(),
+    })
+}
+
+/// Garuda's home, created if missing: audit keys live there, and a directory created after
+/// the policy was built would not be in it, so it would be readable by commands.
+fn garuda_home(host: &HostEnv) -> Result<PathBuf, PolicyError> {
+    create_dir_if_missing(&host.garuda_home, GARUDA_HOME_MODE)?;
+    canonical_if_present(&host.garuda_home)?.ok_or_else(|| PolicyError::Canonicalize {
+        path: host.garuda_home.clone(),
+        source: io::Error::from(io::ErrorKind::NotFound),
+    })
+}
+
+/// The ssh-agent socket: whoever can connect can sign as the user. Hidden whether or not the
+/// variable is passed on (it is not, by default).
+fn ssh_agent_socket(host: &HostEnv) -> Result<Option<PathBuf>, PolicyError> {
+    match host.var("SSH_AUTH_SOCK").map(Path::new) {
+        // ssh-agent always publishes an absolute path; a relative one names no fixed place.
+        Some(path) if path.is_absolute() => canonical_if_exists(path),
+        _ => Ok(None),
+    }
+}
+
+/// `sandbox.writable`, canonical, each checked against the home directory.
+fn resolve_extra_writable<'a>(
+    settings: &'a EffectiveSettings,
+    home: &Path,
+) -> Result<Vec<(PathBuf, &'a Origin)>, PolicyError> {
+    let mut resolved = Vec::new();
+    for (path, origin) in &settings.extra_writable {
+        let Some(canonical) = canonical_if_exists(path)? else {
+            return Err(PolicyError::WritableMissing {
+                path: path.clone(),
+                origin: origin.clone(),
+            });
+        };
+        // `/`, the home directory and its ancestors all contain the dotfiles.
+        if home.starts_with(&canonical) {
+            return Err(PolicyError::WritableTooBroad {
+                path: canonical,
+                origin: origin.clone(),
+            });
+        }
+        resolved.push((canonical, origin));
+    }
+    Ok(resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::SourceKind;
+    use crate::test_support::{fake_host, write};
+    use std::ffi::OsString;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    use tempfile::TempDir;
+
+    struct Fixture {
+        tmp: TempDir,
+        host: HostEnv,
+        settings: EffectiveSettings,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let tmp = TempDir::new().unwrap();
+            let host = fake_host(tmp.path());
+            fs::create_dir_all(tmp.path().join("project")).unwrap();
+            Fixture {
+                tmp,
+                host,
+                settings: EffectiveSettings::default(),
+            }
+        }
+        /// Canonical path under the temporary directory (which may itself sit behind a link).
+        fn at(&self, rel: &str) -> PathBuf {
+            fs::canonicalize(self.tmp.path()).unwrap().join(rel)
+        }
+        fn home(&self, rel: &str) -> PathBuf {
+            self.at("home").join(rel)
+        }
+        fn project(&self, rel: &str) -> PathBuf {
+            self.at("project").join(rel)
+        }
+        fn build(&self) -> Result<ExecPolicy, PolicyError> {
+            build_exec_policy(&self.tmp.path().join("project"), &self.settings, &self.host)
+        }
+        fn origin(&self, kind: SourceKind) -> Origin {
+            Origin {
+                kind,
+                path: self.tmp.path().join(format!("{kind}.json")),
+            }
+        }
+        fn allow_writable(&mut self, path: PathBuf) {
+            let origin = self.origin(SourceKind::User);
+            self.settings.extra_writable.push((path, origin));
+        }
+    }
+
+    fn mkdir(path: &Path) {
+        fs::create_dir_all(path).unwrap();
+    }
+
+    fn git_init(dir: &Path) {
+        mkdir(&dir.join(".git/hooks"));
+        mkdir(&dir.join(".git/objects"));
+        write(&dir.join(".git/config"), b"[core]\n");
+        write(&dir.join(".git/HEAD"), b"ref: refs/heads/main\n");
+    }
+
+    #[test]
+    fn minimal_policy() {
+        let fx = Fixture::new();
+        let policy = fx.build().unwrap();
+        assert_eq!(policy.project_root, fx.project(""));
+        assert_eq!(policy.writable_roots, [fx.project("")]);
+        assert_eq!(policy.unreadable_paths, [fx.home(".garuda")]);
+        assert!(policy.read_only_paths.is_empty());
+        assert_eq!(policy.network, NetworkMode::Isolated);
+        assert_eq!(policy.limits, Limits::default());
+    }
+
+    #[test]
+    fn existing_home_secrets_are_unreadable_and_missing_ones_are_not_listed() {
+        let fx = Fixture::new();
+        mkdir(&fx.home(".ssh"));
+        mkdir(&fx.home(".aws"));
+        write(&fx.home(".netrc"), b"machine x password y\n");
+        write(&fx.home(".docker/config.json"), b"{}");
+        // A file where a directory is expected: `.kube` exists, `.config/gh` cannot.
+        write(&fx.home(".config"), b"not a directory");
+        mkdir(&fx.home(".kube"));
+        let policy = fx.build().unwrap();
+        let want = [
+            fx.home(".aws"),
+            fx.home(".docker/config.json"),
+            fx.home(".garuda"),
+            fx.home(".kube"),
+            fx.home(".netrc"),
+            fx.home(".ssh"),
+        ];
+        assert_eq!(policy.unreadable_paths, want);
+        assert!(!policy.unreadable_paths.contains(&fx.home(".gnupg")));
+    }
+
+    #[test]
+    fn linked_secret_is_hidden_at_its_target() {
+        let fx = Fixture::new();
+        mkdir(&fx.at("dotfiles/ssh"));
+        symlink(fx.at("dotfiles/ssh"), fx.home(".ssh")).unwrap();
+        let policy = fx.build().unwrap();
+        assert!(policy.unreadable_paths.contains(&fx.at("dotfiles/ssh")));
+        assert!(!policy.unreadable_paths.contains(&fx.home(".ssh")));
+    }
+
+    #[test]
+    fn garuda_home_is_created_and_unreadable_even_inside_a_cache() {
+        let mut fx = Fixture::new();
+        mkdir(&fx.home(".cache"));
+        fx.host.garuda_home = fx.home(".cache/garuda");
+        let policy = fx.build().unwrap();
+        let mode = fs::metadata(fx.home(".cache/garuda"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert!(policy.writable_roots.contains(&fx.home(".cache")));
+        assert!(policy.unreadable_paths.contains(&fx.home(".cache/garuda")));
+    }
+
+    #[test]
+    fn ssh_agent_socket_is_unreadable_when_it_exists() {
+        let mut fx = Fixture::new();
+        let sock = fx.at("agent.sock");
+        write(&sock, b"");
+        fx.host
+            .vars
+            .push(("SSH_AUTH_SOCK".into(), sock.clone().into()));
+        let policy = fx.build().unwrap();
+        assert!(policy.unreadable_paths.contains(&sock));
+        assert!(!policy.env.iter().any(|(k, _)| k == "SSH_AUTH_SOCK"));
+
+        let mut fx = Fixture::new();
+        fx.host
+            .vars
+            .push(("SSH_AUTH_SOCK".into(), fx.at("gone.sock").into()));
+        assert_eq!(fx.build().unwrap().unreadable_paths, [fx.home(".garuda")]);
+    }
+
+    #[test]
+    fn extra_unreadable_is_listed_when_it_exists() {
+        let mut fx = Fixture::new();
+        write(&fx.project("secrets/prod.pem"), b"key");
+        let origin = fx.origin(SourceKind::Project);
+        fx.settings.extra_unreadable = vec![
+            (fx.project("secrets/prod.pem"), origin.clone()),
+            (fx.project("secrets/missing.pem"), origin),
+        ];
+        let policy = fx.build().unwrap();
+        assert!(policy
+            .unreadable_paths
+            .contains(&fx.project("secrets/prod.pem")));
+        assert!(!policy
+            .unreadable_paths
+            .contains(&fx.project("secrets/missing.pem")));
+    }
+
+    #[test]
+    fn env_files_are_found_at_any_depth() {
+        let fx = Fixture::new();
+        write(&fx.project(".env"), b"A=1");
+        write(&fx.project("apps/web/.env.local"), b"A=1");
+        write(&fx.project("a/b/c/d/.env.production"), b"A=1");
+        mkdir(&fx.project("deploy/.env"));
+        write(&fx.project("deploy/.env/prod"), b"A=1");
+        write(&fx.project(".envrc"), b"use nix");
+        write(&fx.project("env.example"), b"");
+        let policy = fx.build().unwrap();
+        let found: Vec<_> = policy
+            .unreadable_paths
+            .iter()
+            .filter(|p| p.starts_with(fx.project("")))
+            .cloned()
+            .collect();
+        assert_eq!(
+            found,
+            [
+                fx.project(".env"),
+                fx.project("a/b/c/d/.env.production"),
+                fx.project("apps/web/.env.local"),
+                fx.project("deploy/.env"),
+            ]
+        );
+    }
+
+    #[test]
+    fn links_in_the_project_are_not_followed() {
+        let fx = Fixture::new();
+        write(&fx.at("outside/.env"), b"A=1");
+        git_init(&fx.at("outside"));
+        symlink(fx.at("outside"), fx.project("linked")).unwrap();
+        // A link named like a secret is hidden at its target.
+        write(&fx.at("shared.env"), b"A=1");
+        symlink(fx.at("shared.env"), fx.project(".env.shared")).unwrap();
+        let policy = fx.build().unwrap();
+        assert!(!policy.unreadable_paths.contains(&fx.at("outside/.env")));
+        assert!(policy.unreadable_paths.contains(&fx.at("shared.env")));
+        assert!(policy.read_only_paths.is_empty());
+    }
+
+    #[test]
+    fn git_hooks_are_created_when_missing_and_protected() {
+        let fx = Fixture::new();
+        mkdir(&fx.project(".git/objects"));
+        write(&fx.project(".git/HEAD"), b"ref: refs/heads/main\n");
+        let policy = fx.build().unwrap();
+        let hooks = fx.project(".git/hooks");
+        let mode = fs::metadata(&hooks).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o755);
+        // The missing config is created empty too, so it can be protected.
+        assert_eq!(fs::read(fx.project(".git/config")).unwrap(), b"");
+        assert_eq!(policy.read_only_paths, [fx.project(".git/config"), hooks]);
+    }
+
+    #[test]
+    fn nested_repositories_and_garuda_dirs_are_protected() {
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        git_init(&fx.project("vendor/lib"));
+        write(&fx.project(".git/config.worktree"), b"");
+        mkdir(&fx.project(".garuda"));
+        mkdir(&fx.project("sub/dir/.garuda"));
+        // A `.git` directory is not walked into: nothing inside it is listed.
+        write(&fx.project(".git/.env"), b"A=1");
+        let policy = fx.build().unwrap();
+        assert_eq!(
+            policy.read_only_paths,
+            [
+                fx.project(".garuda"),
+                fx.project(".git/config"),
+                fx.project(".git/config.worktree"),
+                fx.project(".git/hooks"),
+                fx.project("sub/dir/.garuda"),
+                fx.project("vendor/lib/.git/config"),
+                fx.project("vendor/lib/.git/hooks"),
+            ]
+        );
+        assert!(!policy.unreadable_paths.contains(&fx.project(".git/.env")));
+    }
+
+    #[test]
+    fn worktree_git_file_with_commondir_is_protected() {
+        // The main repository sits outside the project in a writable directory, so only the
+        // pointer files can lead the walk to it.
+        let mut fx = Fixture::new();
+        let main = fx.at("shared/repo");
+        git_init(&main);
+        let private = main.join(".git/worktrees/wt");
+        mkdir(&private);
+        write(&private.join("commondir"), b"../..\n");
+        write(&private.join("config.worktree"), b"");
+        write(&private.join("HEAD"), b"ref: refs/heads/wt\n");
+        fs::remove_dir(main.join(".git/hooks")).unwrap();
+        write(
+            &fx.project(".git"),
+            b"gitdir: ../shared/repo/.git/worktrees/wt\n",
+        );
+        fx.allow_writable(fx.at("shared"));
+        let policy = fx.build().unwrap();
+        assert!(main.join(".git/hooks").is_dir(), "missing hooks created");
+        assert_eq!(
+            policy.read_only_paths,
+            [
+                main.join(".git/config"),
+                main.join(".git/hooks"),
+                private.join("config.worktree"),
+            ]
+        );
+    }
+
+    #[test]
+    fn submodule_git_file_is_protected() {
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        let module = fx.project(".git/modules/sub");
+        mkdir(&module);
+        write(&module.join("config"), b"[core]\n");
+        write(&fx.project("sub/.git"), b"gitdir: ../.git/modules/sub");
+        let policy = fx.build().unwrap();
+        assert!(policy.read_only_paths.contains(&module.join("config")));
+        assert!(policy.read_only_paths.contains(&module.join("hooks")));
+        assert!(module.join("hooks").is_dir());
+    }
+
+    #[test]
+    fn git_metadata_outside_writable_roots_is_not_listed() {
+        let fx = Fixture::new();
+        let main = fx.at("elsewhere/repo");
+        git_init(&main);
+        fs::remove_dir(main.join(".git/hooks")).unwrap();
+        write(
+            &fx.project(".git"),
+            format!("gitdir: {}", main.join(".git").display()).as_bytes(),
+        );
+        let policy = fx.build().unwrap();
+        assert!(policy.read_only_paths.is_empty());
+        assert!(
+            !main.join(".git/hooks").exists(),
+            "nothing created outside writable roots"
+        );
+    }
+
+    #[test]
+    fn stale_or_malformed_git_pointers_are_errors() {
+        let fx = Fixture::new();
+        write(&fx.project(".git"), b"gitdir: ../gone/.git/worktrees/x\n");
+        assert!(matches!(
+            fx.build().unwrap_err(),
+            PolicyError::GitPointerTarget { path, .. } if path == fx.project(".git")
+        ));
+
+        let fx = Fixture::new();
+        write(&fx.project("sub/.git"), b"not a pointer\n");
+        assert!(matches!(
+            fx.build().unwrap_err(),
+            PolicyError::GitPointerInvalid { path, .. } if path == fx.project("sub/.git")
+        ));
+
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        fs::remove_dir(fx.project(".git/hooks")).unwrap();
+        symlink(fx.project("gone-hooks"), fx.project(".git/hooks")).unwrap();
+        assert!(matches!(
+            fx.build().unwrap_err(),
+            PolicyError::Canonicalize { path, .. } if path == fx.project(".git/hooks")
+        ));
+    }
+
+    #[test]
+    fn linked_hooks_are_protected_at_their_target() {
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        fs::remove_dir(fx.project(".git/hooks")).unwrap();
+        mkdir(&fx.project("tools/hooks"));
+        symlink(fx.project("tools/hooks"), fx.project(".git/hooks")).unwrap();
+        let policy = fx.build().unwrap();
+        assert!(policy.read_only_paths.contains(&fx.project("tools/hooks")));
+    }
+
+    #[test]
+    fn symlinked_project_root_is_canonicalized() {
+        let fx = Fixture::new();
+        symlink(fx.at("project"), fx.at("link")).unwrap();
+        git_init(&fx.project(""));
+        let policy =
+            build_exec_policy(&fx.tmp.path().join("link"), &fx.settings, &fx.host).unwrap();
+        assert_eq!(policy.project_root, fx.project(""));
+        assert_eq!(policy.writable_roots, [fx.project("")]);
+        assert!(policy.read_only_paths.contains(&fx.project(".git/hooks")));
+        assert!(policy
+            .read_only_paths
+            .iter()
+            .chain(&policy.writable_roots)
+            .all(|p| !p.starts_with(fx.at("link"))));
+    }
+
+    #[test]
+    fn project_root_must_be_a_directory_below_home() {
+        let fx = Fixture::new();
+        write(&fx.at("file"), b"");
+        assert!(matches!(
+            build_exec_policy(&fx.at("file"), &fx.settings, &fx.host),
+            Err(PolicyError::ProjectRootNotDirectory { .. })
+        ));
+        assert!(matches!(
+            build_exec_policy(&fx.at("missing"), &fx.settings, &fx.host),
+            Err(PolicyError::Canonicalize { .. })
+        ));
+        for root in [fx.home(""), fx.at("")] {
+            assert!(matches!(
+                build_exec_policy(&root, &fx.settings, &fx.host),
+                Err(PolicyError::ProjectRootTooBroad { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn existing_caches_are_writable() {
+        let fx = Fixture::new();
+        mkdir(&fx.home(".cargo/registry"));
+        mkdir(&fx.home(".npm"));
+        mkdir(&fx.home("go/pkg/mod"));
+        let policy = fx.build().unwrap();
+        assert_eq!(
+            policy.writable_roots,
+            [
+                fx.home(".cargo/registry"),
+                fx.home(".npm"),
+                fx.home("go/pkg/mod"),
+                fx.project(""),
+            ]
+        );
+    }
+
+    #[test]
+    fn cache_linked_to_home_is_refused() {
+        let fx = Fixture::new();
+        symlink(fx.home(""), fx.home(".cache")).unwrap();
+        assert!(matches!(fx.build(), Err(PolicyError::CacheTooBroad { .. })));
+    }
+
+    #[test]
+    fn extra_writable_is_listed_when_safe() {
+        let mut fx = Fixture::new();
+        mkdir(&fx.home(".cache/mytool"));
+        fx.allow_writable(fx.home(".cache/mytool"));
+        let policy = fx.build().unwrap();
+        assert!(policy.writable_roots.contains(&fx.home(".cache/mytool")));
+    }
+
+    #[test]
+    fn extra_writable_of_home_or_its_ancestors_is_refused() {
+        for entry in ["home", "", "/"] {
+            let mut fx = Fixture::new();
+            let path = if entry == "/" {
+                PathBuf::from("/")
+            } else {
+                fx.at(entry)
+            };
+            fx.allow_writable(path);
+            match fx.build().unwrap_err() {
+                PolicyError::WritableTooBroad { origin, .. } => {
+                    assert_eq!(origin.kind, SourceKind::User);
+                }
+                other => panic!("{entry:?}: expected too broad, got {other:?}"),
+            }
+        }
+        // Through a link, too.
+        let mut fx = Fixture::new();
+        symlink(fx.home(""), fx.at("alias")).unwrap();
+        fx.allow_writable(fx.at("alias"));
+        assert!(matches!(
+            fx.build(),
+            Err(PolicyError::WritableTooBroad { .. })
+        ));
+    }
+
+    #[test]
+    fn extra_writable_overlapping_a_secret_is_refused() {
+        let mut fx = Fixture::new();
+        mkdir(&fx.home(".ssh"));
+        mkdir(&fx.home("dot"));
+        symlink(fx.home(".ssh"), fx.home("dot/ssh")).unwrap();
+        fx.allow_writable(fx.home(".ssh"));
+        assert!(matches!(
+            fx.build(),
+            Err(PolicyError::WritableExposesSecret { secret, .. }) if secret == fx.home(".ssh")
+        ));
+
+        // Inside a secret.
+        let mut fx = Fixture::new();
+        mkdir(&fx.home(".aws/sso"));
+        fx.allow_writable(fx.home(".aws/sso"));
+        assert!(matches!(
+            fx.build(),
+            Err(PolicyError::WritableExposesSecret { .. })
+        ));
+
+        // Containing the project's `.env`.
+        let mut fx = Fixture::new();
+        write(&fx.project("build/.env"), b"A=1");
+        fx.allow_writable(fx.project("build"));
+        assert!(matches!(
+            fx.build(),
+            Err(PolicyError::WritableExposesSecret { secret, .. })
+                if secret == fx.project("build/.env")
+        ));
+    }
+
+    #[test]
+    fn missing_extra_writable_is_refused() {
+        let mut fx = Fixture::new();
+        fx.allow_writable(fx.home(".cache/nothing"));
+        assert!(matches!(
+            fx.build(),
+            Err(PolicyError::WritableMissing { .. })
+        ));
+    }
+
+    #[test]
+    fn hidden_dirs_include_the_runtime_dir() {
+        let mut fx = Fixture::new();
+        mkdir(&fx.at("xdg"));
+        fx.host.xdg_runtime_dir = Some(fx.at("xdg"));
+        let policy = fx.build().unwrap();
+        assert!(policy.hidden_dirs.contains(&fx.at("xdg")));
+        let mut sorted = policy.hidden_dirs.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(policy.hidden_dirs, sorted);
+        assert!(policy.hidden_dirs.iter().all(|d| d.is_dir()));
+
+        fx.host.xdg_runtime_dir = Some(fx.at("no-such-dir"));
+        assert!(!fx
+            .build()
+            .unwrap()
+            .hidden_dirs
+            .contains(&fx.at("no-such-dir")));
+    }
+
+    #[test]
+    fn environment_is_filtered() {
+        let mut fx = Fixture::new();
+        for (k, v) in [
+            ("AWS_SECRET_ACCESS_KEY", "aws"),
+            ("GITHUB_TOKEN", "ghp"),
+            ("OPENAI_API_KEY", "sk"),
+            ("SSH_AUTH_SOCK", "/nonexistent/agent"),
+            ("DISPLAY", ":0"),
+            ("LC_ALL", "C.UTF-8"),
+            ("NPM_TOKEN", "npm"),
+            ("TMPDIR", "/var/tmp/host"),
+        ] {
+            fx.host.vars.push((k.into(), v.into()));
+        }
+        let names = |policy: &ExecPolicy| -> Vec<String> {
+            policy
+                .env
+                .iter()
+                .map(|(k, _)| k.to_string_lossy().into_owned())
+                .collect()
+        };
+        let policy = fx.build().unwrap();
+        assert_eq!(names(&policy), ["HOME", "LC_ALL", "PATH", "TMPDIR"]);
+        assert!(policy
+            .env
+            .contains(&(OsString::from("TMPDIR"), OsString::from("/tmp"))));
+
+        let origin = fx.origin(SourceKind::User);
+        fx.settings.env_allow.push(("NPM_TOKEN".into(), origin));
+        let policy = fx.build().unwrap();
+        assert_eq!(
+            names(&policy),
+            ["HOME", "LC_ALL", "NPM_TOKEN", "PATH", "TMPDIR"]
+        );
+    }
+}

@@ -1,0 +1,269 @@
+//! The one error type of this crate.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::settings::Origin;
+
+/// Why settings could not be loaded or an [`crate::ExecPolicy`] could not be built.
+///
+/// Every variant names what failed (the file, line and column, the path or the value) so the
+/// user can fix it. None of them is ever downgraded to a warning: Garuda refuses to start
+/// rather than run with a policy it could not fully read.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// `HOME` is not set (or empty): the secrets under it could not be found.
+    #[error("HOME is not set: Garuda needs it to find the secrets it must hide")]
+    HomeUnset,
+
+    /// `HOME` is a relative path.
+    #[error("HOME must be an absolute path, not {}", value.display())]
+    HomeNotAbsolute {
+        /// The value of `HOME`.
+        value: PathBuf,
+    },
+
+    /// `GARUDA_HOME` is a relative path.
+    #[error("GARUDA_HOME must be an absolute path, not {}", value.display())]
+    GarudaHomeNotAbsolute {
+        /// The value of `GARUDA_HOME`.
+        value: PathBuf,
+    },
+
+    /// A settings file exists but could not be read.
+    #[error("{}: cannot read settings: {source}", path.display())]
+    SettingsRead {
+        /// The settings file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A settings path exists but is not a regular file (a directory, a FIFO, a device).
+    #[error("{}: settings must be a regular file", path.display())]
+    SettingsNotFile {
+        /// The settings path.
+        path: PathBuf,
+    },
+
+    /// A settings file is larger than [`crate::MAX_SETTINGS_BYTES`].
+    #[error("{}: settings file has {size} bytes, more than the limit of {limit}", path.display())]
+    SettingsTooLarge {
+        /// The settings file.
+        path: PathBuf,
+        /// Bytes seen (at least `limit + 1`).
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+
+    /// A settings file is not valid UTF-8.
+    #[error("{}:{line}:{column}: settings are not valid UTF-8", path.display())]
+    SettingsNotUtf8 {
+        /// The settings file.
+        path: PathBuf,
+        /// 1-based line of the first invalid byte.
+        line: usize,
+        /// 1-based column (in bytes) of the first invalid byte.
+        column: usize,
+    },
+
+    /// A settings file is not valid JSON or does not match the format (unknown key, wrong
+    /// type, duplicate key).
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    SettingsParse {
+        /// The settings file.
+        path: PathBuf,
+        /// 1-based line reported by the parser.
+        line: usize,
+        /// Column reported by the parser.
+        column: usize,
+        /// What the parser found wrong.
+        message: String,
+    },
+
+    /// A project file asks for the `host` executor, which would turn the sandbox off.
+    #[error(
+        "{}: a project cannot set \"executor\": \"host\": a project can only tighten the sandbox",
+        path.display()
+    )]
+    ProjectDisablesSandbox {
+        /// The project settings file.
+        path: PathBuf,
+    },
+
+    /// A project file sets a key that widens the sandbox.
+    #[error(
+        "{}: a project cannot set \"{key}\": a cloned repository must not widen the sandbox \
+         (set it in the user policy instead)",
+        path.display()
+    )]
+    ProjectWidensSandbox {
+        /// The project settings file.
+        path: PathBuf,
+        /// The refused key, dotted (`sandbox.writable`, `env.allow`).
+        key: &'static str,
+    },
+
+    /// A path entry of a settings file is not acceptable.
+    #[error("{}: \"{key}\" entry {value:?}: {reason}", path.display())]
+    InvalidSettingsPath {
+        /// The settings file.
+        path: PathBuf,
+        /// The key holding the entry, dotted.
+        key: &'static str,
+        /// The entry as written.
+        value: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+
+    /// An `env.allow` entry is not a possible environment variable name.
+    #[error("{}: \"env.allow\" entry {value:?} is not a valid environment variable name", path.display())]
+    InvalidEnvName {
+        /// The settings file.
+        path: PathBuf,
+        /// The entry as written.
+        value: String,
+    },
+
+    /// An existing path could not be resolved to its canonical form.
+    #[error("cannot resolve {}: {source}", path.display())]
+    Canonicalize {
+        /// The path as given.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The project root is not a directory.
+    #[error("project root {} is not a directory", path.display())]
+    ProjectRootNotDirectory {
+        /// The canonical project root.
+        path: PathBuf,
+    },
+
+    /// The project root is the home directory or one of its ancestors.
+    #[error(
+        "project root {} contains the home directory {}: commands could rewrite dotfiles the host runs",
+        path.display(),
+        home.display()
+    )]
+    ProjectRootTooBroad {
+        /// The canonical project root.
+        path: PathBuf,
+        /// The canonical home directory.
+        home: PathBuf,
+    },
+
+    /// A package cache resolves to the home directory or one of its ancestors (a symbolic
+    /// link such as `~/.cache -> ~`).
+    #[error(
+        "package cache {} contains the home directory {}: it cannot be made writable",
+        path.display(),
+        home.display()
+    )]
+    CacheTooBroad {
+        /// The canonical cache path.
+        path: PathBuf,
+        /// The canonical home directory.
+        home: PathBuf,
+    },
+
+    /// A `sandbox.writable` entry does not exist.
+    #[error("writable path {} (from {origin}) does not exist", path.display())]
+    WritableMissing {
+        /// The entry, resolved against the project root or home.
+        path: PathBuf,
+        /// Where the entry came from.
+        origin: Origin,
+    },
+
+    /// A `sandbox.writable` entry is `/`, the home directory or one of its ancestors.
+    #[error(
+        "writable path {} (from {origin}) is refused: it is the home directory or contains it, \
+         so commands could rewrite dotfiles the host runs",
+        path.display()
+    )]
+    WritableTooBroad {
+        /// The canonical entry.
+        path: PathBuf,
+        /// Where the entry came from.
+        origin: Origin,
+    },
+
+    /// A `sandbox.writable` entry contains an unreadable path, or lies inside one.
+    #[error(
+        "writable path {} (from {origin}) is refused: it overlaps the unreadable path {}",
+        path.display(),
+        secret.display()
+    )]
+    WritableExposesSecret {
+        /// The canonical entry.
+        path: PathBuf,
+        /// Where the entry came from.
+        origin: Origin,
+        /// The unreadable path it overlaps.
+        secret: PathBuf,
+    },
+
+    /// A directory needed by the policy could not be listed.
+    #[error("cannot list {}: {source}", path.display())]
+    ReadDir {
+        /// The directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A directory or file the policy creates (`.git/hooks`, Garuda's home) could not be
+    /// created.
+    #[error("cannot create {}: {source}", path.display())]
+    Create {
+        /// The path to create.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A git pointer file (`.git` file, `commondir`) could not be read.
+    #[error("{}: cannot read git pointer file: {source}", path.display())]
+    GitPointerRead {
+        /// The pointer file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A git pointer file does not hold a usable path.
+    #[error("{}: invalid git pointer file: {reason}", path.display())]
+    GitPointerInvalid {
+        /// The pointer file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// A git pointer file names a directory that does not exist. A command could create it
+    /// and plant hooks there, so this is refused rather than skipped.
+    #[error(
+        "{}: points to {}, which cannot be resolved ({source}); fix or remove the stale \
+         pointer (for a worktree: git worktree prune)",
+        path.display(),
+        target.display()
+    )]
+    GitPointerTarget {
+        /// The pointer file.
+        path: PathBuf,
+        /// The directory it names.
+        target: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}

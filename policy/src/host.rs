@@ -1,0 +1,144 @@
+//! The parts of the supervisor's own environment that the policy depends on.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::error::PolicyError;
+
+/// The host facts a policy is built from, captured once so that tests can build one by hand
+/// and never depend on the real home directory.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HostEnv {
+    /// `$HOME`, absolute.
+    pub home: PathBuf,
+    /// `$GARUDA_HOME`, or `$HOME/.garuda`: user policy, audit keys, staging.
+    pub garuda_home: PathBuf,
+    /// `$XDG_RUNTIME_DIR` when set to an absolute path.
+    pub xdg_runtime_dir: Option<PathBuf>,
+    /// The supervisor's whole environment; the command gets only the allowed part of it.
+    pub vars: Vec<(OsString, OsString)>,
+}
+
+impl HostEnv {
+    /// Captures the current process's environment (see [`HostEnv::from_vars`]).
+    pub fn from_process() -> Result<HostEnv, PolicyError> {
+        HostEnv::from_vars(std::env::vars_os().collect())
+    }
+
+    /// Builds a host description from an environment: `HOME` must be set and absolute;
+    /// `GARUDA_HOME`, when set, must be absolute; a relative `XDG_RUNTIME_DIR` is ignored, as
+    /// the XDG base directory specification requires.
+    pub fn from_vars(vars: Vec<(OsString, OsString)>) -> Result<HostEnv, PolicyError> {
+        let lookup = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| PathBuf::from(v))
+                .filter(|v| !v.as_os_str().is_empty())
+        };
+        // Secrets are found relative to HOME; guessing it (or using the cwd) could hide the
+        // wrong directory and expose the real ~/.ssh.
+        let home = lookup("HOME").ok_or(PolicyError::HomeUnset)?;
+        if !home.is_absolute() {
+            return Err(PolicyError::HomeNotAbsolute { value: home });
+        }
+        let garuda_home = match lookup("GARUDA_HOME") {
+            Some(dir) if dir.is_absolute() => dir,
+            Some(dir) => return Err(PolicyError::GarudaHomeNotAbsolute { value: dir }),
+            None => home.join(".garuda"),
+        };
+        let xdg_runtime_dir = lookup("XDG_RUNTIME_DIR").filter(|dir| dir.is_absolute());
+        Ok(HostEnv {
+            home,
+            garuda_home,
+            xdg_runtime_dir,
+            vars,
+        })
+    }
+
+    /// The value of the first variable called `name`.
+    pub fn var(&self, name: &str) -> Option<&OsStr> {
+        self.vars
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_os_str())
+    }
+}
+
+/// Prints variable names only: the values hold tokens that must not reach a log.
+impl fmt::Debug for HostEnv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&OsStr> = self.vars.iter().map(|(k, _)| k.as_os_str()).collect();
+        f.debug_struct("HostEnv")
+            .field("home", &self.home)
+            .field("garuda_home", &self.garuda_home)
+            .field("xdg_runtime_dir", &self.xdg_runtime_dir)
+            .field("var_names", &names)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect()
+    }
+
+    #[test]
+    fn home_is_required_and_absolute() {
+        assert!(matches!(
+            HostEnv::from_vars(vars(&[("PATH", "/bin")])),
+            Err(PolicyError::HomeUnset)
+        ));
+        assert!(matches!(
+            HostEnv::from_vars(vars(&[("HOME", "")])),
+            Err(PolicyError::HomeUnset)
+        ));
+        assert!(matches!(
+            HostEnv::from_vars(vars(&[("HOME", "relative/home")])),
+            Err(PolicyError::HomeNotAbsolute { value }) if value == Path::new("relative/home")
+        ));
+    }
+
+    #[test]
+    fn garuda_home_defaults_under_home_and_must_be_absolute() {
+        let host = HostEnv::from_vars(vars(&[("HOME", "/h/u")])).unwrap();
+        assert_eq!(host.garuda_home, PathBuf::from("/h/u/.garuda"));
+        assert_eq!(host.xdg_runtime_dir, None);
+
+        let host = HostEnv::from_vars(vars(&[("HOME", "/h/u"), ("GARUDA_HOME", "/srv/g")]));
+        assert_eq!(host.unwrap().garuda_home, PathBuf::from("/srv/g"));
+
+        let err = HostEnv::from_vars(vars(&[("HOME", "/h/u"), ("GARUDA_HOME", "g")]));
+        assert!(matches!(
+            err,
+            Err(PolicyError::GarudaHomeNotAbsolute { .. })
+        ));
+    }
+
+    #[test]
+    fn relative_xdg_runtime_dir_is_ignored() {
+        let host =
+            HostEnv::from_vars(vars(&[("HOME", "/h"), ("XDG_RUNTIME_DIR", "run/user")])).unwrap();
+        assert_eq!(host.xdg_runtime_dir, None);
+        let host = HostEnv::from_vars(vars(&[("HOME", "/h"), ("XDG_RUNTIME_DIR", "/run/user/7")]))
+            .unwrap();
+        assert_eq!(host.xdg_runtime_dir, Some(PathBuf::from("/run/user/7")));
+        assert_eq!(host.var("XDG_RUNTIME_DIR"), Some(OsStr::new("/run/user/7")));
+    }
+
+    #[test]
+    fn debug_hides_values() {
+        let host = HostEnv::from_vars(vars(&[("HOME", "/h"), ("GITHUB_TOKEN", "ghp_very_secret")]))
+            .unwrap();
+        let shown = format!("{host:?}");
+        assert!(shown.contains("GITHUB_TOKEN"), "{shown}");
+        assert!(!shown.contains("ghp_very_secret"), "{shown}");
+    }
+}

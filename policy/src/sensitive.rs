@@ -1,0 +1,126 @@
+//! The fixed tables of paths under the home directory: secrets to hide and caches to open.
+
+use std::ffi::OsStr;
+
+/// A path relative to the home directory, with the reason it is listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HomeEntry {
+    /// Relative to `$HOME`.
+    pub path: &'static str,
+    /// Why it is listed, for `garuda policy` and for reviewers.
+    pub reason: &'static str,
+}
+
+const fn entry(path: &'static str, reason: &'static str) -> HomeEntry {
+    HomeEntry { path, reason }
+}
+
+/// Secrets under the home directory that no command may read. Only those that exist are put
+/// in the policy.
+pub const HOME_SECRETS: &[HomeEntry] = &[
+    entry(".ssh", "ssh private keys, known hosts and config"),
+    entry(".aws", "AWS access keys and SSO tokens"),
+    entry(".gnupg", "GnuPG private keys"),
+    entry(".config/gh", "GitHub CLI OAuth token"),
+    entry(".docker/config.json", "container registry credentials"),
+    entry(".kube", "Kubernetes cluster credentials"),
+    entry(".netrc", "passwords for HTTP, FTP and git remotes"),
+    entry(
+        ".git-credentials",
+        "git credential store (plain-text tokens)",
+    ),
+    entry(
+        ".config/git/credentials",
+        "git credential store (plain-text tokens)",
+    ),
+    entry(
+        ".bash_history",
+        "shell history: pasted tokens and passwords",
+    ),
+    entry(".zsh_history", "shell history: pasted tokens and passwords"),
+    entry(".histfile", "shell history: pasted tokens and passwords"),
+    entry(".python_history", "REPL history: pasted tokens"),
+    entry(".node_repl_history", "REPL history: pasted tokens"),
+    entry(
+        ".psql_history",
+        "database client history: queries with passwords",
+    ),
+    entry(
+        ".mysql_history",
+        "database client history: queries with passwords",
+    ),
+    entry(".sqlite_history", "database client history"),
+    entry(".lesshst", "pager search history"),
+    entry(".config/gcloud", "Google Cloud credentials"),
+    entry(".azure", "Azure CLI tokens"),
+    entry(".npmrc", "npm registry auth tokens"),
+    entry(".yarnrc", "yarn registry auth tokens"),
+    entry(".pypirc", "PyPI upload credentials"),
+    entry(".cargo/credentials", "crates.io token (old name)"),
+    entry(".cargo/credentials.toml", "crates.io token"),
+    entry(".config/hub", "hub CLI GitHub token"),
+    entry(".terraform.d", "Terraform Cloud tokens"),
+    entry(".vault-token", "HashiCorp Vault token"),
+    entry(".local/share/keyrings", "GNOME keyring files"),
+    entry(".password-store", "pass password store"),
+    entry(".pgpass", "PostgreSQL passwords"),
+];
+
+/// Package caches under the home directory that commands may write, so that builds work
+/// inside the sandbox. Only those that exist are put in the policy.
+pub const PACKAGE_CACHES: &[HomeEntry] = &[
+    entry(".cache", "XDG cache: pip, go-build, sccache and most tools"),
+    entry(".cargo/registry", "cargo: downloaded crates and the index"),
+    entry(".cargo/git", "cargo: git dependencies"),
+    entry(".npm", "npm package cache"),
+    entry(".m2/repository", "Maven local repository"),
+    entry(".gradle/caches", "Gradle dependency cache"),
+    entry("go/pkg/mod", "Go module cache"),
+    entry(".local/share/pnpm", "pnpm content-addressable store"),
+];
+
+/// True for a name that dotenv tools load secrets from: `.env` or `.env.<anything>`
+/// (`.env.local`, `.env.production`). `.envrc` and `.environment` are not matched.
+pub fn is_env_file_name(name: &OsStr) -> bool {
+    let bytes = name.as_encoded_bytes();
+    bytes == b".env" || bytes.starts_with(b".env.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::{Component, Path};
+
+    #[test]
+    fn env_file_names() {
+        for (name, want) in [
+            (".env", true),
+            (".env.local", true),
+            (".env.production.local", true),
+            (".env.", true),
+            (".envrc", false),
+            (".environment", false),
+            ("env", false),
+            ("x.env", false),
+            (".ENV", false),
+        ] {
+            assert_eq!(is_env_file_name(OsStr::new(name)), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn tables_hold_plain_relative_paths_and_reasons() {
+        for table in [HOME_SECRETS, PACKAGE_CACHES] {
+            for e in table {
+                let path = Path::new(e.path);
+                assert!(
+                    path.components().all(|c| matches!(c, Component::Normal(_))),
+                    "{}",
+                    e.path
+                );
+                assert!(!e.reason.is_empty(), "{}", e.path);
+                assert_eq!(table.iter().filter(|o| o.path == e.path).count(), 1);
+            }
+        }
+    }
+}

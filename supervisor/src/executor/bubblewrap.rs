@@ -1,0 +1,419 @@
+//! The `bubblewrap` executor: the system's `bwrap` (0.8 or later) builds the namespaces and
+//! the mounts; Garuda supplies the argument vector and the seccomp program.
+//!
+//! Layers: user, PID, network, IPC, UTS and cgroup namespaces; nested user namespaces disabled
+//! (`--disable-userns`); a new session (`--new-session`: no controlling terminal, so no
+//! `TIOCSTI`); `--die-with-parent`; all capabilities dropped; the filesystem view of
+//! [`super::layout`]; the seccomp program of [`super::seccomp`] (`--add-seccomp-fd`). bwrap runs
+//! its own PID 1 in the namespace, so every process of the command dies when the command ends.
+//! bwrap cannot apply Landlock (a Landlock-restricted process may not mount), which is why
+//! `auto` prefers the native executor.
+//!
+//! The argument vector is built as data ([`argv`]) and golden-tested; it is never a shell
+//! string.
+
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use garuda_policy::ExecPolicy;
+
+use super::capture::{join_reader, spawn_reader, wait_child};
+use super::layout::{layout, Op};
+use super::{CommandSpec, ExecError, Executor, ExecutorKind, Outcome, StdioMode};
+use crate::sys;
+
+/// Oldest bubblewrap with every option we use (`--disable-userns`, `--add-seccomp-fd`,
+/// `--perms`, `--ro-bind-data`).
+pub const MIN_VERSION: (u32, u32) = (0, 8);
+
+/// Descriptors the argument vector refers to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fds {
+    /// The seccomp program.
+    pub seccomp: i32,
+    /// One empty file per unreadable file (bwrap consumes each descriptor it reads).
+    pub empty: Vec<i32>,
+}
+
+/// The bwrap arguments (without the program name) for `cmd` under `policy`.
+pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
+    push(&[
+        "--new-session".as_ref(),
+        "--die-with-parent".as_ref(),
+        "--unshare-user".as_ref(),
+        "--unshare-pid".as_ref(),
+        "--unshare-net".as_ref(),
+        "--unshare-ipc".as_ref(),
+        "--unshare-uts".as_ref(),
+        "--unshare-cgroup-try".as_ref(),
+        "--disable-userns".as_ref(),
+        "--cap-drop".as_ref(),
+        "ALL".as_ref(),
+    ]);
+    let mut empty = fds.empty.iter();
+    for op in layout(policy) {
+        match op {
+            Op::RootReadOnly => push(&["--ro-bind".as_ref(), "/".as_ref(), "/".as_ref()]),
+            Op::Dev => push(&["--dev".as_ref(), "/dev".as_ref()]),
+            Op::Proc => push(&["--proc".as_ref(), "/proc".as_ref()]),
+            Op::Tmp => push(&["--tmpfs".as_ref(), "/tmp".as_ref()]),
+            Op::Hide(p) => push(&[
+                "--tmpfs".as_ref(),
+                p.as_os_str(),
+                "--remount-ro".as_ref(),
+                p.as_os_str(),
+            ]),
+            Op::Writable(p) => push(&["--bind".as_ref(), p.as_os_str(), p.as_os_str()]),
+            Op::ReadOnly(p) => push(&["--ro-bind".as_ref(), p.as_os_str(), p.as_os_str()]),
+            Op::UnreadableDir(p) => push(&[
+                "--perms".as_ref(),
+                "0000".as_ref(),
+                "--tmpfs".as_ref(),
+                p.as_os_str(),
+                "--remount-ro".as_ref(),
+                p.as_os_str(),
+            ]),
+            Op::UnreadableFile(p) => {
+                if let Some(fd) = empty.next() {
+                    let fd = fd.to_string();
+                    push(&[
+                        "--perms".as_ref(),
+                        "0000".as_ref(),
+                        "--ro-bind-data".as_ref(),
+                        fd.as_ref(),
+                        p.as_os_str(),
+                    ]);
+                }
+            }
+        }
+    }
+    let seccomp = fds.seccomp.to_string();
+    push(&[
+        "--chdir".as_ref(),
+        cwd.as_os_str(),
+        "--add-seccomp-fd".as_ref(),
+        seccomp.as_ref(),
+        "--".as_ref(),
+    ]);
+    a.extend(cmd.argv.iter().cloned());
+    a
+}
+
+/// How many empty-file descriptors [`argv`] needs.
+pub fn empty_files_needed(policy: &ExecPolicy) -> usize {
+    layout(policy)
+        .iter()
+        .filter(|op| matches!(op, Op::UnreadableFile(_)))
+        .count()
+}
+
+/// Parse `bubblewrap X.Y.Z`.
+pub fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let v = text.trim().strip_prefix("bubblewrap ")?;
+    let mut it = v.split('.').map(|p| p.parse::<u32>().ok());
+    Some((it.next()??, it.next()??, it.next().flatten().unwrap_or(0)))
+}
+
+/// Locate bwrap: `GARUDA_BWRAP` is deliberately not supported (a variable must not be able to
+/// substitute the sandbox); only the system locations are used.
+pub fn bwrap_path() -> Option<PathBuf> {
+    ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// `Ok(description)` when bubblewrap is usable here, else `Err(reason and fix)`.
+pub fn availability() -> Result<String, String> {
+    let Some(path) = bwrap_path() else {
+        return Err("bwrap not found (install the bubblewrap package)".into());
+    };
+    let out = Command::new(&path)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some((major, minor, patch)) = parse_version(&text) else {
+        return Err(format!(
+            "cannot read the version of {}: {text:?}",
+            path.display()
+        ));
+    };
+    if (major, minor) < MIN_VERSION {
+        return Err(format!(
+            "{} is version {major}.{minor}.{patch}; 0.8 or later is needed",
+            path.display()
+        ));
+    }
+    let probe = Command::new(&path)
+        .args([
+            "--unshare-user",
+            "--unshare-net",
+            "--unshare-pid",
+            "--ro-bind",
+            "/",
+            "/",
+            "--",
+            "/bin/true",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !probe.status.success() {
+        return Err(format!(
+            "bwrap {major}.{minor}.{patch} cannot create namespaces here: {}",
+            String::from_utf8_lossy(&probe.stderr).trim()
+        ));
+    }
+    Ok(format!("{} {major}.{minor}.{patch}", path.display()))
+}
+
+/// The process limit for the command's tree.
+///
+/// For a non-root user `RLIMIT_NPROC` works, but the kernel counts every process of the user,
+/// inside and outside the sandbox; the limit is therefore the number of processes now running
+/// on the machine plus the policy's allowance. Root is exempt from `RLIMIT_NPROC`, so for root
+/// the `pids` cgroup controller is used when the machine has one.
+enum ProcessLimit {
+    Rlimit(u64),
+    Cgroup(PathBuf),
+    None,
+}
+
+fn running_processes() -> u64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(3).map(str::to_owned))
+        .and_then(|f| f.split('/').nth(1).and_then(|n| n.parse().ok()))
+        .unwrap_or(4096)
+}
+
+fn process_limit(max: u32) -> ProcessLimit {
+    if sys::current_uid() != 0 {
+        return ProcessLimit::Rlimit(running_processes() + u64::from(max));
+    }
+    match make_pids_cgroup(max) {
+        Some(dir) => ProcessLimit::Cgroup(dir),
+        None => ProcessLimit::None,
+    }
+}
+
+fn make_pids_cgroup(max: u32) -> Option<PathBuf> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let base = ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"]
+        .iter()
+        .map(Path::new)
+        .find(|b| b.join("cgroup.procs").exists() && (b.ends_with("pids") || has_pids_v2(b)))?;
+    let parent = base.join("garuda");
+    std::fs::create_dir_all(&parent).ok()?;
+    if !base.ends_with("pids") {
+        // cgroup v2: the controller must be enabled for children of the parent.
+        std::fs::write(base.join("cgroup.subtree_control"), "+pids").ok()?;
+        std::fs::write(parent.join("cgroup.subtree_control"), "+pids").ok();
+    }
+    let dir = parent.join(format!(
+        "{}-{}",
+        sys::current_pid(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir(&dir).ok()?;
+    if std::fs::write(dir.join("pids.max"), max.to_string()).is_err() {
+        let _ = std::fs::remove_dir(&dir);
+        return None;
+    }
+    Some(dir)
+}
+
+fn has_pids_v2(base: &Path) -> bool {
+    std::fs::read_to_string(base.join("cgroup.controllers"))
+        .map(|c| c.split_whitespace().any(|w| w == "pids"))
+        .unwrap_or(false)
+}
+
+/// Runs commands under the system's bubblewrap.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BubblewrapExecutor;
+
+impl Executor for BubblewrapExecutor {
+    fn kind(&self) -> ExecutorKind {
+        ExecutorKind::Bubblewrap
+    }
+
+    fn run(
+        &self,
+        cmd: &CommandSpec,
+        policy: &ExecPolicy,
+        stdio: StdioMode,
+    ) -> Result<Outcome, ExecError> {
+        if cmd.argv.is_empty() {
+            return Err(ExecError::InvalidCommand("empty command".into()));
+        }
+        let bwrap = bwrap_path().ok_or_else(|| ExecError::Unavailable {
+            executor: ExecutorKind::Bubblewrap,
+            reason: "bwrap not found (install the bubblewrap package)".into(),
+        })?;
+        let cwd = super::select::checked_cwd(cmd, policy)?;
+        let setup = |stage: &str| {
+            let stage = stage.to_string();
+            move |source| ExecError::Setup {
+                stage,
+                error: source,
+            }
+        };
+        let program = super::seccomp::program().map_err(|e| ExecError::Setup {
+            stage: "seccomp program".into(),
+            error: std::io::Error::other(e.to_string()),
+        })?;
+        let seccomp_fd =
+            sys::memfd_with(c"garuda-seccomp", &super::seccomp::program_bytes(&program))
+                .map_err(setup("seccomp memfd"))?;
+        let empties: Vec<OwnedFd> = (0..empty_files_needed(policy))
+            .map(|_| sys::memfd_with(c"garuda-empty", b""))
+            .collect::<Result<_, _>>()
+            .map_err(setup("empty-file memfd"))?;
+        let fds = Fds {
+            seccomp: seccomp_fd.as_raw_fd(),
+            empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
+        };
+        let mut command = Command::new(&bwrap);
+        command
+            .args(argv(policy, &cwd, cmd, &fds))
+            .env_clear()
+            .envs(policy.env.iter().map(|(k, v)| (k, v)));
+        let limit = process_limit(policy.limits.max_processes);
+        let (nproc, cgroup_procs) = match &limit {
+            ProcessLimit::Rlimit(n) => (Some(*n), None),
+            ProcessLimit::Cgroup(dir) => (
+                None,
+                CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).ok(),
+            ),
+            ProcessLimit::None => (None, None),
+        };
+        let mut keep = fds.empty.clone();
+        keep.push(fds.seccomp);
+        sys::bwrap_pre_exec(&mut command, keep, nproc, cgroup_procs);
+        if stdio == StdioMode::Capture {
+            command
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+        let start = Instant::now();
+        let spawned = command.spawn();
+        drop(seccomp_fd);
+        drop(empties);
+        let mut child = spawned.map_err(setup("spawn bwrap"))?;
+        let cap = policy.limits.output_cap;
+        let out = child.stdout.take().map(|s| spawn_reader(s, cap));
+        let err = child.stderr.take().map(|s| spawn_reader(s, cap));
+        let status = wait_child(&mut child, policy.limits.timeout, false);
+        if let ProcessLimit::Cgroup(dir) = &limit {
+            let _ = std::fs::remove_dir(dir);
+        }
+        Ok(Outcome {
+            status: status?,
+            stdout: join_reader(out)?,
+            stderr: join_reader(err)?,
+            duration: start.elapsed(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use garuda_policy::{Limits, NetworkMode};
+
+    #[test]
+    fn version_parsing() {
+        assert_eq!(parse_version("bubblewrap 0.8.0\n"), Some((0, 8, 0)));
+        assert_eq!(parse_version("bubblewrap 0.11"), Some((0, 11, 0)));
+        assert_eq!(parse_version("bwrap 1"), None);
+    }
+
+    /// Golden test: the exact argument vector for a policy with one of everything.
+    #[test]
+    fn golden_argv() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join(".env"), "K=v").unwrap();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        let policy = ExecPolicy {
+            project_root: root.clone(),
+            writable_roots: vec![root.clone()],
+            read_only_paths: vec![root.join(".git/hooks")],
+            unreadable_paths: vec![root.join(".env")],
+            hidden_dirs: vec![PathBuf::from("/run")],
+            network: NetworkMode::Isolated,
+            env: vec![],
+            limits: Limits::default(),
+        };
+        let cmd = CommandSpec::new(["sh", "-c", "echo hi; rm -rf /"]);
+        let fds = Fds {
+            seccomp: 7,
+            empty: vec![9],
+        };
+        let got: Vec<String> = argv(&policy, &root, &cmd, &fds)
+            .into_iter()
+            .map(|s| {
+                s.to_string_lossy()
+                    .replace(&*root.to_string_lossy(), "$ROOT")
+            })
+            .collect();
+        let want = [
+            "--new-session",
+            "--die-with-parent",
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--disable-userns",
+            "--cap-drop",
+            "ALL",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/run",
+            "--remount-ro",
+            "/run",
+            "--bind",
+            "$ROOT",
+            "$ROOT",
+            "--ro-bind",
+            "$ROOT/.git/hooks",
+            "$ROOT/.git/hooks",
+            "--perms",
+            "0000",
+            "--ro-bind-data",
+            "9",
+            "$ROOT/.env",
+            "--chdir",
+            "$ROOT",
+            "--add-seccomp-fd",
+            "7",
+            "--",
+            "sh",
+            "-c",
+            "echo hi; rm -rf /",
+        ];
+        assert_eq!(got, want);
+    }
+}

@@ -1,0 +1,80 @@
+//! The `host` executor: no isolation at all.
+//!
+//! It exists for machines without a sandbox (where every command must be asked for) and as the
+//! negative control of the contract suite: every confinement case must *fail* on it, which is
+//! how we know each case can fail. It still applies the environment allowlist and the output
+//! cap, and kills the command's process group when the command ends, but it says plainly that
+//! nothing else is enforced.
+
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use garuda_policy::ExecPolicy;
+
+use super::capture::{join_reader, spawn_reader, wait_child};
+use super::{CommandSpec, ExecError, Executor, ExecutorKind, Outcome, StdioMode};
+
+/// What the host executor tells the user before it runs anything.
+pub const NOTICE: &str = "host executor: commands run with your full rights (no filesystem, network or process isolation)";
+
+/// Runs commands directly on the host.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HostExecutor;
+
+impl Executor for HostExecutor {
+    fn kind(&self) -> ExecutorKind {
+        ExecutorKind::Host
+    }
+
+    fn run(
+        &self,
+        cmd: &CommandSpec,
+        policy: &ExecPolicy,
+        stdio: StdioMode,
+    ) -> Result<Outcome, ExecError> {
+        let (program, args) = cmd
+            .argv
+            .split_first()
+            .ok_or_else(|| ExecError::InvalidCommand("empty command".into()))?;
+        let cwd = super::select::checked_cwd(cmd, policy)?;
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .current_dir(&cwd)
+            .env_clear()
+            .envs(policy.env.iter().map(|(k, v)| (k, v)));
+        crate::sys::own_process_group(&mut command);
+        if stdio == StdioMode::Capture {
+            command
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+        let start = Instant::now();
+        let mut child = match command.spawn() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(super::select::not_found_outcome(program, stdio, start));
+            }
+            Err(source) => {
+                return Err(ExecError::Setup {
+                    stage: "spawn".into(),
+                    error: source,
+                })
+            }
+        };
+        let cap = policy.limits.output_cap;
+        let out = child.stdout.take().map(|s| spawn_reader(s, cap));
+        let err = child.stderr.take().map(|s| spawn_reader(s, cap));
+        let status = wait_child(&mut child, policy.limits.timeout, true)?;
+        // Whatever the command left running in its group ends with it. Processes that left
+        // the group (setsid, double fork) survive: the host executor cannot prevent that.
+        let _ = crate::sys::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+        Ok(Outcome {
+            status,
+            stdout: join_reader(out)?,
+            stderr: join_reader(err)?,
+            duration: start.elapsed(),
+        })
+    }
+}

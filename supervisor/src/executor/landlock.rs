@@ -1,0 +1,601 @@
+//! The native `landlock` executor: namespaces, mounts, Landlock and seccomp, with no helper
+//! program and no extra `exec`.
+//!
+//! The parent prepares a [`sys::NativePlan`] (every string, the mount steps, the Landlock
+//! ruleset, the seccomp program) and forks once; see [`sys::spawn_native`] for the process
+//! layout. Layers, outermost first:
+//!
+//! 1. user, mount, PID, network, IPC, UTS and cgroup namespaces; the user is mapped to itself;
+//! 2. the filesystem view of [`super::layout`], built with `mount(2)` and one recursive
+//!    `mount_setattr(2)` that makes the whole host tree read-only;
+//! 3. a PID limit: the new PID namespace's `pid_max` (namespaced since Linux 6.14), which works
+//!    for root too, unlike `RLIMIT_NPROC`;
+//! 4. all capabilities dropped (bounding, ambient, effective, permitted) and locked securebits,
+//!    `PR_SET_NO_NEW_PRIVS`;
+//! 5. Landlock handling every filesystem right of the kernel's ABI (at least ABI 3, so
+//!    truncation is mediated): read and execute everywhere, write only in the writable roots,
+//!    the private `/tmp` and the private `/dev`; scoped signals and abstract unix sockets
+//!    (ABI 6) — this is the second, independent wall behind the read-only mounts;
+//! 6. the seccomp program of [`super::seccomp`], installed last before `execve`.
+//!
+//! Landlock's network rights are not handled: the command's network namespace has no route
+//! anywhere, and handling them would forbid test servers on the sandbox's own loopback.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use garuda_policy::ExecPolicy;
+
+use super::capture::{join_reader, spawn_reader};
+use super::layout::{layout, Op, DEVICES};
+use super::{CommandSpec, ExecError, Executor, ExecutorKind, ExitStatus, Outcome, StdioMode};
+use crate::sys::{self, MountStep, NativePlan, Stage};
+
+/// Oldest Landlock ABI the executor accepts: ABI 3 handles truncation, so every way of
+/// changing a file's content is mediated.
+pub const MIN_ABI: u32 = 3;
+
+// Landlock filesystem rights (include/uapi/linux/landlock.h).
+const EXECUTE: u64 = 1 << 0;
+const WRITE_FILE: u64 = 1 << 1;
+const READ_FILE: u64 = 1 << 2;
+const READ_DIR: u64 = 1 << 3;
+const REMOVE_DIR: u64 = 1 << 4;
+const REMOVE_FILE: u64 = 1 << 5;
+const MAKE_CHAR: u64 = 1 << 6;
+const MAKE_DIR: u64 = 1 << 7;
+const MAKE_REG: u64 = 1 << 8;
+// 1 << 9 MAKE_SOCK, 1 << 10 MAKE_FIFO: granted with the other write rights.
+const MAKE_BLOCK: u64 = 1 << 11;
+// 1 << 12 MAKE_SYM: likewise.
+const REFER: u64 = 1 << 13;
+const TRUNCATE: u64 = 1 << 14;
+const IOCTL_DEV: u64 = 1 << 15;
+const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
+const SCOPE_SIGNAL: u64 = 1 << 1;
+
+/// Every filesystem right the kernel's ABI knows.
+pub fn handled_fs(abi: u32) -> u64 {
+    let mut rights = (1 << 13) - 1; // ABI 1: EXECUTE..MAKE_SYM
+    if abi >= 2 {
+        rights |= REFER;
+    }
+    if abi >= 3 {
+        rights |= TRUNCATE;
+    }
+    if abi >= 5 {
+        rights |= IOCTL_DEV;
+    }
+    rights
+}
+
+/// Rights granted under writable roots and the private `/tmp`: everything but creating device
+/// nodes (which needs a capability anyway).
+fn write_rights(abi: u32) -> u64 {
+    handled_fs(abi) & !(MAKE_CHAR | MAKE_BLOCK)
+}
+
+const READ_RIGHTS: u64 = EXECUTE | READ_FILE | READ_DIR;
+
+/// Rights under the private `/dev`: read, write and use devices; make and remove regular files
+/// (`/dev/shm`). The `/dev` tmpfs is the sandbox's own.
+fn dev_rights(abi: u32) -> u64 {
+    let mut r = READ_FILE | READ_DIR | WRITE_FILE | MAKE_REG | MAKE_DIR | REMOVE_FILE | REMOVE_DIR;
+    if abi >= 3 {
+        r |= TRUNCATE;
+    }
+    if abi >= 5 {
+        r |= IOCTL_DEV;
+    }
+    r
+}
+
+/// `Ok(description)` when the executor can run here, else `Err(reason and fix)`.
+pub fn availability() -> Result<String, String> {
+    let abi = sys::landlock_abi().map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOSYS) => {
+            "the kernel has no Landlock (Linux 5.13+ with CONFIG_SECURITY_LANDLOCK)".to_string()
+        }
+        Some(libc::EOPNOTSUPP) => {
+            "Landlock is disabled at boot (add landlock to the lsm= kernel parameter)".to_string()
+        }
+        _ => format!("Landlock probe failed: {e}"),
+    })?;
+    if abi < MIN_ABI {
+        return Err(format!(
+            "Landlock ABI {abi} is too old: ABI {MIN_ABI} (Linux 6.2) or later is needed"
+        ));
+    }
+    sys::probe(sys::ProbeKind::RecursiveReadOnly, None).map_err(|e| {
+        format!("cannot create user and mount namespaces or make mounts read-only: {e} (unprivileged user namespaces may be disabled: sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces)")
+    })?;
+    Ok(format!(
+        "Landlock ABI {abi}, user namespaces, mount_setattr"
+    ))
+}
+
+/// Runs commands in the native sandbox.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LandlockExecutor;
+
+fn cstring(bytes: &[u8]) -> Result<CString, ExecError> {
+    CString::new(bytes)
+        .map_err(|_| ExecError::InvalidCommand("a string contains a NUL byte".into()))
+}
+
+fn cpath(p: &Path) -> Result<CString, ExecError> {
+    cstring(p.as_os_str().as_bytes())
+}
+
+fn setup_err(stage: impl Into<String>) -> impl FnOnce(std::io::Error) -> ExecError {
+    let stage = stage.into();
+    move |source| ExecError::Setup {
+        stage,
+        error: source,
+    }
+}
+
+/// Search `PATH` (the sandbox's, from the policy environment) for `program`.
+fn resolve_program(program: &OsStr, env: &[(OsString, OsString)]) -> PathBuf {
+    if program.as_bytes().contains(&b'/') {
+        return PathBuf::from(program);
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join(program);
+        if let Ok(meta) = std::fs::metadata(&candidate) {
+            use std::os::unix::fs::PermissionsExt;
+            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+                return candidate;
+            }
+        }
+    }
+    PathBuf::from(program)
+}
+
+/// Mkdir steps for `target` and its missing ancestors below `/tmp` (the private tmpfs is
+/// empty, so a writable root under `/tmp` needs its mount point made).
+fn mkdirs_under_tmp(target: &Path, steps: &mut Vec<MountStep>) -> Result<(), ExecError> {
+    if !target.starts_with("/tmp") || target == Path::new("/tmp") {
+        return Ok(());
+    }
+    let mut chain: Vec<&Path> = target
+        .ancestors()
+        .take_while(|a| *a != Path::new("/tmp"))
+        .collect();
+    chain.reverse();
+    for (i, dir) in chain.iter().enumerate() {
+        let last = i + 1 == chain.len();
+        if last && !target.is_dir() {
+            steps.push(MountStep::CreateFile {
+                path: cpath(dir)?,
+                mode: 0o600,
+            });
+        } else {
+            steps.push(MountStep::Mkdir {
+                path: cpath(dir)?,
+                mode: 0o755,
+            });
+        }
+    }
+    Ok(())
+}
+
+const RO_FLAGS: libc::c_ulong = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+const VOID_FILE: &str = "/tmp/.garuda-void";
+
+fn build_mounts(
+    policy: &ExecPolicy,
+    first_slot: i32,
+) -> Result<(Vec<MountStep>, Vec<String>), ExecError> {
+    let ops = layout(policy);
+    let needs_void = ops.iter().any(|op| matches!(op, Op::UnreadableFile(_)));
+    // Every bind source is opened inside the new mount namespace before anything covers it
+    // (a project under /tmp is covered by the private /tmp; the devices by the new /dev).
+    let mut holds: Vec<MountStep> = Vec::new();
+    let mut hold = |p: &Path| -> Result<CString, ExecError> {
+        let fd = first_slot + holds.len() as i32;
+        holds.push(MountStep::Hold {
+            path: cpath(p)?,
+            fd,
+        });
+        cstring(format!("/proc/self/fd/{fd}").as_bytes())
+    };
+    let mut devices = Vec::new();
+    for d in DEVICES {
+        devices.push((d, hold(&Path::new("/dev").join(d))?));
+    }
+    let mut sources = Vec::new();
+    for op in &ops {
+        if let Op::Writable(p) | Op::ReadOnly(p) = op {
+            sources.push(hold(p)?);
+        }
+    }
+    let mut sources = sources.into_iter();
+    let mut steps = vec![MountStep::MakeRootPrivate];
+    let mut names = vec!["make / private".to_string()];
+    for h in holds {
+        names.push(format!("{h:?}"));
+        steps.push(h);
+    }
+    let mut next_source = || {
+        sources
+            .next()
+            .ok_or_else(|| ExecError::InvalidCommand("mount plan out of step".into()))
+    };
+    for op in &ops {
+        let before = steps.len();
+        match op {
+            Op::RootReadOnly => steps.push(MountStep::RecursiveReadOnly),
+            Op::Dev => {
+                steps.push(MountStep::Tmpfs {
+                    target: c"/dev".into(),
+                    flags: libc::MS_NOSUID | libc::MS_NOEXEC,
+                    options: c"mode=0755,size=65536k".into(),
+                });
+                for (name, src) in &devices {
+                    let target = cstring(format!("/dev/{name}").as_bytes())?;
+                    steps.push(MountStep::CreateFile {
+                        path: target.clone(),
+                        mode: 0o666,
+                    });
+                    steps.push(MountStep::Bind {
+                        source: src.clone(),
+                        target,
+                        remount_flags: libc::MS_NOSUID | libc::MS_NOEXEC,
+                    });
+                }
+                steps.push(MountStep::Mkdir {
+                    path: c"/dev/pts".into(),
+                    mode: 0o755,
+                });
+                steps.push(MountStep::Devpts {
+                    target: c"/dev/pts".into(),
+                });
+                steps.push(MountStep::Symlink {
+                    target: c"pts/ptmx".into(),
+                    link: c"/dev/ptmx".into(),
+                });
+                steps.push(MountStep::Mkdir {
+                    path: c"/dev/shm".into(),
+                    mode: 0o1777,
+                });
+                steps.push(MountStep::Tmpfs {
+                    target: c"/dev/shm".into(),
+                    flags: libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    options: c"mode=1777".into(),
+                });
+                for (link, target) in [
+                    (c"/dev/fd", c"/proc/self/fd"),
+                    (c"/dev/stdin", c"/proc/self/fd/0"),
+                    (c"/dev/stdout", c"/proc/self/fd/1"),
+                    (c"/dev/stderr", c"/proc/self/fd/2"),
+                ] {
+                    steps.push(MountStep::Symlink {
+                        target: target.into(),
+                        link: link.into(),
+                    });
+                }
+            }
+            // /proc is mounted by the PID namespace's init (see sys::spawn_native).
+            Op::Proc => {}
+            Op::Tmp => {
+                steps.push(MountStep::Tmpfs {
+                    target: c"/tmp".into(),
+                    flags: libc::MS_NOSUID | libc::MS_NODEV,
+                    options: c"mode=1777".into(),
+                });
+                if needs_void {
+                    steps.push(MountStep::CreateFile {
+                        path: cstring(VOID_FILE.as_bytes())?,
+                        mode: 0,
+                    });
+                }
+            }
+            Op::Hide(p) => steps.push(MountStep::Tmpfs {
+                target: cpath(p)?,
+                flags: RO_FLAGS | libc::MS_NOEXEC,
+                options: c"mode=0755,size=4k".into(),
+            }),
+            Op::Writable(p) => {
+                let source = next_source()?;
+                mkdirs_under_tmp(p, &mut steps)?;
+                steps.push(MountStep::Bind {
+                    source,
+                    target: cpath(p)?,
+                    remount_flags: libc::MS_NOSUID | libc::MS_NODEV,
+                });
+            }
+            Op::ReadOnly(p) => {
+                let source = next_source()?;
+                steps.push(MountStep::Bind {
+                    source,
+                    target: cpath(p)?,
+                    remount_flags: RO_FLAGS,
+                });
+            }
+            Op::UnreadableDir(p) => steps.push(MountStep::Tmpfs {
+                target: cpath(p)?,
+                flags: RO_FLAGS | libc::MS_NOEXEC,
+                options: c"mode=000,size=4k".into(),
+            }),
+            Op::UnreadableFile(p) => steps.push(MountStep::Bind {
+                source: cstring(VOID_FILE.as_bytes())?,
+                target: cpath(p)?,
+                remount_flags: RO_FLAGS | libc::MS_NOEXEC,
+            }),
+        }
+        for _ in before..steps.len() {
+            names.push(format!("{op:?}"));
+        }
+    }
+    if needs_void {
+        // The placeholder's only remaining names are the read-only mounts over the secrets.
+        steps.push(MountStep::Unlink {
+            path: cstring(VOID_FILE.as_bytes())?,
+        });
+        names.push("remove the placeholder file".into());
+    }
+    Ok((steps, names))
+}
+
+fn build_ruleset(policy: &ExecPolicy, abi: u32) -> Result<OwnedFd, ExecError> {
+    let scoped = if abi >= 6 {
+        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+    } else {
+        0
+    };
+    let ruleset = sys::landlock_create_ruleset(handled_fs(abi), 0, scoped)
+        .map_err(setup_err("landlock_create_ruleset"))?;
+    let rule = |path: &Path, rights: u64| -> Result<(), ExecError> {
+        let fd =
+            sys::open_path(&cpath(path)?).map_err(setup_err(format!("open {}", path.display())))?;
+        // A file anchor may carry only file rights.
+        let rights = if fd_is_dir(path) {
+            rights
+        } else {
+            rights & (EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV)
+        };
+        sys::landlock_add_path_rule(&ruleset, &fd, rights)
+            .map_err(setup_err(format!("landlock_add_rule {}", path.display())))
+    };
+    rule(Path::new("/"), READ_RIGHTS)?;
+    // The private /dev and /tmp are mounted on these host directories; Landlock walks up
+    // through the mount point, so the rules on the host inodes cover the new mounts.
+    rule(Path::new("/dev"), dev_rights(abi))?;
+    rule(Path::new("/tmp"), write_rights(abi))?;
+    for w in &policy.writable_roots {
+        rule(w, write_rights(abi))?;
+    }
+    Ok(ruleset)
+}
+
+fn fd_is_dir(p: &Path) -> bool {
+    std::fs::symlink_metadata(p)
+        .map(|m| m.is_dir())
+        .unwrap_or(false)
+}
+
+fn cap_last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+fn stage_name(code: u32, mount_names: &[String]) -> String {
+    const NAMES: [(Stage, &str); 17] = [
+        (Stage::ParentGone, "parent exited"),
+        (Stage::Setsid, "setsid"),
+        (Stage::Stdio, "stdio"),
+        (Stage::Unshare, "unshare namespaces"),
+        (Stage::IdMaps, "write uid/gid maps"),
+        (Stage::ForkInit, "fork PID 1"),
+        (Stage::MountProc, "mount /proc"),
+        (Stage::PidMax, "write pid_max"),
+        (Stage::ForkCommand, "fork command"),
+        (Stage::Chdir, "chdir"),
+        (Stage::NoNewPrivs, "PR_SET_NO_NEW_PRIVS"),
+        (Stage::DropCaps, "drop capabilities"),
+        (Stage::Landlock, "landlock_restrict_self"),
+        (Stage::Seccomp, "install seccomp filter"),
+        (Stage::Exec, "execve"),
+        (Stage::Signaled, "signaled"),
+        (Stage::Signals, "reset signals"),
+    ];
+    if code >= Stage::MountBase as u32 {
+        let i = (code - Stage::MountBase as u32) as usize;
+        return format!(
+            "mount step {i} ({})",
+            mount_names.get(i).map(String::as_str).unwrap_or("?")
+        );
+    }
+    NAMES
+        .iter()
+        .find(|(s, _)| *s as u32 == code)
+        .map(|(_, n)| (*n).to_string())
+        .unwrap_or_else(|| format!("stage {code}"))
+}
+
+impl Executor for LandlockExecutor {
+    fn kind(&self) -> ExecutorKind {
+        ExecutorKind::Landlock
+    }
+
+    fn run(
+        &self,
+        cmd: &CommandSpec,
+        policy: &ExecPolicy,
+        stdio: StdioMode,
+    ) -> Result<Outcome, ExecError> {
+        let Some(argv0) = cmd.argv.first() else {
+            return Err(ExecError::InvalidCommand("empty command".into()));
+        };
+        let abi = sys::landlock_abi().map_err(|e| ExecError::Unavailable {
+            executor: ExecutorKind::Landlock,
+            reason: format!("Landlock is not available: {e}"),
+        })?;
+        if abi < MIN_ABI {
+            return Err(ExecError::Unavailable {
+                executor: ExecutorKind::Landlock,
+                reason: format!("Landlock ABI {abi} is older than {MIN_ABI}"),
+            });
+        }
+        let cwd = super::select::checked_cwd(cmd, policy)?;
+        let program = resolve_program(argv0, &policy.env);
+        let argv_storage: Vec<CString> = cmd
+            .argv
+            .iter()
+            .map(|a| cstring(a.as_bytes()))
+            .collect::<Result<_, _>>()?;
+        let envp_storage: Vec<CString> = policy
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.clone().into_vec();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                cstring(&kv)
+            })
+            .collect::<Result<_, _>>()?;
+        let ruleset = build_ruleset(policy, abi)?;
+        let seccomp = super::seccomp::program().map_err(|e| ExecError::Setup {
+            stage: "seccomp program".into(),
+            error: std::io::Error::other(e.to_string()),
+        })?;
+        let (report_read, report_write) = sys::pipe().map_err(setup_err("report pipe"))?;
+        let (stdin_fd, out_pipe, err_pipe) = match stdio {
+            StdioMode::Inherit => (None, None, None),
+            StdioMode::Capture => {
+                let null = sys::open_read(c"/dev/null").map_err(setup_err("open /dev/null"))?;
+                let out = sys::pipe().map_err(setup_err("stdout pipe"))?;
+                let err = sys::pipe().map_err(setup_err("stderr pipe"))?;
+                (Some(null), Some(out), Some(err))
+            }
+        };
+        let raw =
+            |fd: &Option<OwnedFd>, default: i32| fd.as_ref().map_or(default, |f| f.as_raw_fd());
+        let stdio_fds = [
+            raw(&stdin_fd, 0),
+            out_pipe.as_ref().map_or(1, |(_, w)| w.as_raw_fd()),
+            err_pipe.as_ref().map_or(2, |(_, w)| w.as_raw_fd()),
+        ];
+        // Held handles go above every descriptor the child must keep.
+        let first_slot = [report_write.as_raw_fd(), ruleset.as_raw_fd()]
+            .into_iter()
+            .chain(stdio_fds)
+            .max()
+            .unwrap_or(2)
+            + 1;
+        let (mounts, mount_names) = build_mounts(policy, first_slot)?;
+        let mut argv: Vec<*const libc::c_char> = argv_storage.iter().map(|c| c.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let mut envp: Vec<*const libc::c_char> = envp_storage.iter().map(|c| c.as_ptr()).collect();
+        envp.push(std::ptr::null());
+        let plan = NativePlan {
+            program: cpath(&program)?,
+            argv,
+            argv_storage,
+            envp,
+            envp_storage,
+            cwd: cpath(&cwd)?,
+            uid_map: sys::id_map(sys::current_uid()),
+            gid_map: sys::id_map(sys::current_gid()),
+            mounts,
+            pid_max: policy.limits.max_processes.max(2).to_string().into_bytes(),
+            landlock_ruleset: ruleset.as_raw_fd(),
+            seccomp,
+            stdio: stdio_fds,
+            cap_last_cap: cap_last_cap(),
+            parent_pid: sys::current_pid(),
+            report_fd: report_write.as_raw_fd(),
+        };
+        let start = Instant::now();
+        let pid = sys::spawn_native(&plan).map_err(setup_err("fork"))?;
+        // The child has its copies; close ours so the readers see EOF when the sandbox ends.
+        drop(report_write);
+        drop(stdin_fd);
+        drop(ruleset);
+        let cap = policy.limits.output_cap;
+        let out = out_pipe.map(|(r, w)| {
+            drop(w);
+            spawn_reader(std::fs::File::from(r), cap)
+        });
+        let err = err_pipe.map(|(r, w)| {
+            drop(w);
+            spawn_reader(std::fs::File::from(r), cap)
+        });
+        let waited = sys::wait_pid(pid, policy.limits.timeout).map_err(|source| ExecError::Io {
+            what: "waiting for the sandbox",
+            error: source,
+        })?;
+        let reports = sys::decode_reports(&sys::read_to_end(&report_read).unwrap_or_default());
+        let stdout = join_reader(out)?;
+        let mut stderr = join_reader(err)?;
+        let status = match waited {
+            None => ExitStatus::TimedOut,
+            Some(raw) => {
+                if let Some(r) = reports.iter().find(|r| r.stage == Stage::Signaled as u32) {
+                    ExitStatus::Signal(r.value)
+                } else if let Some(r) = reports.iter().find(|r| r.stage == Stage::Exec as u32) {
+                    let mut o = super::select::exec_failure_outcome(argv0, r.value, stdio, start);
+                    o.stdout = stdout;
+                    stderr.bytes.extend_from_slice(&o.stderr.bytes);
+                    o.stderr = stderr;
+                    return Ok(o);
+                } else if let Some(r) = reports.first() {
+                    return Err(ExecError::Setup {
+                        stage: stage_name(r.stage, &mount_names),
+                        error: std::io::Error::from_raw_os_error(r.value),
+                    });
+                } else {
+                    match raw {
+                        sys::RawExit::Code(c) => ExitStatus::Code(c),
+                        sys::RawExit::Signal(s) => ExitStatus::Signal(s),
+                    }
+                }
+            }
+        };
+        Ok(Outcome {
+            status,
+            stdout,
+            stderr,
+            duration: start.elapsed(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handled_rights_grow_with_abi() {
+        assert_eq!(handled_fs(1).count_ones(), 13);
+        assert_eq!(handled_fs(2).count_ones(), 14);
+        assert_eq!(handled_fs(3).count_ones(), 15);
+        assert_eq!(handled_fs(5).count_ones(), 16);
+        assert_eq!(handled_fs(7), handled_fs(5));
+        assert_eq!(write_rights(5) & (MAKE_CHAR | MAKE_BLOCK), 0);
+    }
+
+    #[test]
+    fn program_resolution_uses_sandbox_path() {
+        let env = vec![(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))];
+        assert_eq!(
+            resolve_program(OsStr::new("sh"), &env).parent(),
+            Some(Path::new("/usr/bin"))
+        );
+        assert_eq!(
+            resolve_program(OsStr::new("./x"), &env),
+            PathBuf::from("./x")
+        );
+    }
+}

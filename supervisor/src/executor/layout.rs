@@ -1,0 +1,149 @@
+//! The filesystem view of a sandboxed command, shared by both Linux executors.
+//!
+//! [`layout`] turns an [`ExecPolicy`] into an ordered list of [`Op`]s. `bubblewrap` turns each
+//! op into arguments, `landlock` into mount steps; the order is the same, so both executors
+//! show the command the same tree:
+//!
+//! 1. the host's `/`, read-only (and nosuid);
+//! 2. a fresh `/dev` with only `null`, `zero`, `full`, `random`, `urandom`, `tty`, a private
+//!    `devpts` and `/dev/shm` — no disks, no host terminals;
+//! 3. a fresh `/proc` for the command's own PID namespace;
+//! 4. a private, empty `/tmp`;
+//! 5. hidden directories (`/run`, `$XDG_RUNTIME_DIR`): empty and read-only, so host daemons'
+//!    sockets (docker, D-Bus, ssh-agent) are out of reach — a read-only mount does not stop
+//!    `connect` on a unix socket, only hiding it does;
+//! 6. writable roots (the project, package caches), bound read-write;
+//! 7. read-only paths inside them (`.git/hooks`, `.git/config`, `.garuda/`);
+//! 8. unreadable paths (secrets): a directory becomes an empty, read-only tmpfs with mode 000,
+//!    a file an empty read-only file with mode 000 — reading fails with `EACCES`, and neither
+//!    `chmod` nor `unlink` can undo it (read-only mount, busy mount point).
+//!
+//! Later ops win over earlier ones at the same path, so a secret inside the project stays
+//! unreadable although the project is writable.
+
+use std::path::{Path, PathBuf};
+
+use garuda_policy::ExecPolicy;
+
+/// Directories every Linux executor replaces with its own content (steps 2–4). A policy path
+/// under one of them is not visible to the command anyway and is dropped from the layout.
+pub const REPLACED_DIRS: [&str; 3] = ["/dev", "/proc", "/tmp"];
+
+/// Device nodes bound from the host into the fresh `/dev`.
+pub const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+
+/// One step of the filesystem view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Bind the host root read-only.
+    RootReadOnly,
+    /// Fresh minimal `/dev`.
+    Dev,
+    /// Fresh `/proc`.
+    Proc,
+    /// Private empty `/tmp`.
+    Tmp,
+    /// Replace a directory with an empty read-only one.
+    Hide(PathBuf),
+    /// Bind a path read-write.
+    Writable(PathBuf),
+    /// Re-bind a path inside a writable root read-only.
+    ReadOnly(PathBuf),
+    /// Replace a directory with an empty, mode-000, read-only one.
+    UnreadableDir(PathBuf),
+    /// Replace a file (or socket, or device) with an empty, mode-000, read-only file.
+    UnreadableFile(PathBuf),
+}
+
+fn under_any(path: &Path, dirs: &[PathBuf]) -> bool {
+    dirs.iter().any(|d| path.starts_with(d))
+}
+
+/// The ordered view for `policy`.
+pub fn layout(policy: &ExecPolicy) -> Vec<Op> {
+    let replaced: Vec<PathBuf> = REPLACED_DIRS.iter().map(PathBuf::from).collect();
+    let mut ops = vec![Op::RootReadOnly, Op::Dev, Op::Proc, Op::Tmp];
+    // A writable root under /tmp (a project in a temporary folder) is bound into the private
+    // /tmp from the host's path: it stays visible.
+    let writable: Vec<PathBuf> = policy
+        .writable_roots
+        .iter()
+        .filter(|w| !w.starts_with("/dev") && !w.starts_with("/proc"))
+        .cloned()
+        .collect();
+    let visible = |p: &Path| !under_any(p, &replaced) || under_any(p, &writable);
+    let hidden: Vec<PathBuf> = policy
+        .hidden_dirs
+        .iter()
+        .filter(|h| !under_any(h, &replaced))
+        .cloned()
+        .collect();
+    ops.extend(hidden.iter().cloned().map(Op::Hide));
+    ops.extend(writable.iter().cloned().map(Op::Writable));
+    for p in &policy.read_only_paths {
+        if visible(p) && !under_any(p, &hidden) {
+            ops.push(Op::ReadOnly(p.clone()));
+        }
+    }
+    for p in &policy.unreadable_paths {
+        if !visible(p) || under_any(p, &hidden) {
+            continue;
+        }
+        match std::fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => ops.push(Op::UnreadableDir(p.clone())),
+            Ok(_) => ops.push(Op::UnreadableFile(p.clone())),
+            // Gone since the policy was built: nothing left to hide.
+            Err(_) => {}
+        }
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use garuda_policy::{Limits, NetworkMode};
+
+    fn policy(root: &Path) -> ExecPolicy {
+        ExecPolicy {
+            project_root: root.to_path_buf(),
+            writable_roots: vec![root.to_path_buf()],
+            read_only_paths: vec![
+                root.join(".git/hooks"),
+                PathBuf::from("/tmp/other/.git/hooks"),
+            ],
+            unreadable_paths: vec![
+                root.join(".env"),
+                root.join("secrets"),
+                PathBuf::from("/run/user/1/x"),
+            ],
+            hidden_dirs: vec![PathBuf::from("/run")],
+            network: NetworkMode::Isolated,
+            env: vec![],
+            limits: Limits::default(),
+        }
+    }
+
+    #[test]
+    fn order_and_filters() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join(".env"), "X=1").unwrap();
+        std::fs::create_dir(root.join("secrets")).unwrap();
+        let ops = layout(&policy(&root));
+        assert_eq!(
+            ops,
+            vec![
+                Op::RootReadOnly,
+                Op::Dev,
+                Op::Proc,
+                Op::Tmp,
+                Op::Hide("/run".into()),
+                Op::Writable(root.clone()),
+                Op::ReadOnly(root.join(".git/hooks")),
+                Op::UnreadableFile(root.join(".env")),
+                Op::UnreadableDir(root.join("secrets")),
+            ]
+        );
+    }
+}

@@ -1,0 +1,169 @@
+//! Executors: the one place where a command meets the operating system.
+//!
+//! Every backend implements [`Executor`] and receives the same [`ExecPolicy`]. The contract
+//! suite in `tests/` runs every available backend through the same cases; the `host` backend
+//! runs them too, as the negative control that shows each case can fail.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use garuda_policy::ExecPolicy;
+
+pub mod bubblewrap;
+pub mod capture;
+pub mod host;
+pub mod landlock;
+pub mod layout;
+pub mod seatbelt;
+pub mod seccomp;
+pub mod select;
+
+pub use select::{probe_executors, select_executor, ExecutorKind, Probe, Selection};
+
+/// A command to run: the program and its arguments, and the working directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandSpec {
+    /// `argv[0]` (looked up in the policy's `PATH` when it has no slash) and its arguments.
+    pub argv: Vec<OsString>,
+    /// Working directory; must be inside the project root. `None` means the project root.
+    pub cwd: Option<PathBuf>,
+}
+
+impl CommandSpec {
+    /// A command with the project root as its working directory.
+    pub fn new<I, S>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        CommandSpec {
+            argv: argv.into_iter().map(Into::into).collect(),
+            cwd: None,
+        }
+    }
+}
+
+/// Where the command's standard streams go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StdioMode {
+    /// stdin, stdout and stderr are the caller's own (`garuda sandbox` streams).
+    Inherit,
+    /// stdin is empty; stdout and stderr are captured, each capped at
+    /// [`garuda_policy::Limits::output_cap`] with a truncation marker (what the agent gets).
+    Capture,
+}
+
+/// How the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+    /// Killed by the executor because [`garuda_policy::Limits::timeout`] passed.
+    TimedOut,
+}
+
+impl ExitStatus {
+    /// The exit code a shell would report (128 + signal for a signal, 124 for a timeout).
+    pub fn code(self) -> i32 {
+        match self {
+            ExitStatus::Code(c) => c,
+            ExitStatus::Signal(s) => 128 + s,
+            ExitStatus::TimedOut => 124,
+        }
+    }
+
+    /// True for exit code 0.
+    pub fn success(self) -> bool {
+        self == ExitStatus::Code(0)
+    }
+}
+
+/// Captured bytes of one stream: at most the cap, and how many were dropped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// The kept bytes (the head of the stream), followed by a truncation marker when
+    /// `dropped > 0`.
+    pub bytes: Vec<u8>,
+    /// Bytes read but not kept.
+    pub dropped: u64,
+}
+
+impl Captured {
+    /// The kept bytes as text, lossily.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+/// The result of one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// How it ended.
+    pub status: ExitStatus,
+    /// Captured stdout (empty in [`StdioMode::Inherit`]).
+    pub stdout: Captured,
+    /// Captured stderr (empty in [`StdioMode::Inherit`]).
+    pub stderr: Captured,
+    /// Wall-clock time from spawn to the end of the whole process tree.
+    pub duration: Duration,
+}
+
+/// Why an executor could not run a command. The command did not run (or ran no user code).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The backend is not usable on this machine.
+    #[error("executor {executor} is not available: {reason}")]
+    Unavailable {
+        /// Which executor.
+        executor: ExecutorKind,
+        /// Why, in words a user can act on.
+        reason: String,
+    },
+    /// The command line is empty or not representable.
+    #[error("invalid command: {0}")]
+    InvalidCommand(String),
+    /// The working directory is outside the project root.
+    #[error("working directory {} is outside the project root {}", cwd.display(), root.display())]
+    CwdOutsideProject {
+        /// Requested working directory.
+        cwd: PathBuf,
+        /// Project root.
+        root: PathBuf,
+    },
+    /// A setup step failed before the command's own program started.
+    #[error("sandbox setup failed at {stage}: {error}")]
+    Setup {
+        /// The step that failed (for example `mount /tmp`, `landlock_restrict_self`).
+        stage: String,
+        /// The OS error.
+        error: std::io::Error,
+    },
+    /// Reading the command's output or waiting for it failed.
+    #[error("{what}: {error}")]
+    Io {
+        /// What Garuda was doing.
+        what: &'static str,
+        /// The OS error.
+        error: std::io::Error,
+    },
+}
+
+/// A way to run a command under an [`ExecPolicy`].
+pub trait Executor: Send + Sync {
+    /// Which backend this is.
+    fn kind(&self) -> ExecutorKind;
+
+    /// Run `cmd` under `policy` and wait for the whole process tree to end.
+    ///
+    /// Returns `Err` only when the command could not be started inside the sandbox; a command
+    /// that starts and fails is an `Ok` outcome with its exit status.
+    fn run(
+        &self,
+        cmd: &CommandSpec,
+        policy: &ExecPolicy,
+        stdio: StdioMode,
+    ) -> Result<Outcome, ExecError>;
+}

@@ -1,0 +1,428 @@
+//! The seccomp filter every Linux executor installs, kept as data.
+//!
+//! Each entry of [`DENIED`] names a system call, the condition under which it is refused and
+//! the reason, so a reviewer reads one table instead of BPF. The filter allows by default:
+//! the namespaces, mounts and Landlock already confine the filesystem and the network, and the
+//! filter closes the kernel interfaces that those layers do not cover (debugging other
+//! processes, kernel attack surface, nested namespaces, terminal injection).
+//!
+//! The program is `prologue ++ seccompiler(DENIED)`:
+//! - the prologue refuses x32 system calls (numbers with bit 30 set) on x86-64, which would
+//!   otherwise reach the same kernel code under numbers the table does not list, and answers
+//!   `clone3` with `ENOSYS`: its flags live in memory that BPF cannot read, and `ENOSYS` makes
+//!   the C library fall back to `clone`, whose flags the table does check;
+//! - seccompiler then checks the architecture (a foreign one kills the process) and the table
+//!   (a match returns `EPERM`).
+//!
+//! Both Linux executors install the identical program: `landlock` with `seccomp(2)` in the
+//! command's own process just before `execve`, `bubblewrap` through `--add-seccomp-fd`.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
+};
+
+/// When a denied system call is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// Always.
+    Always,
+    /// When argument `arg` (32-bit) equals one of the values.
+    ArgEq(u8, &'static [u64]),
+    /// When argument `arg` (64-bit) has any of these bits set (one rule per bit).
+    ArgHasAnyBit(u8, &'static [u64]),
+    /// When argument `arg` (32-bit) is none of the values.
+    ArgNotIn(u8, &'static [u64]),
+}
+
+/// One refused system call, with the reason a reviewer can check.
+#[derive(Debug, Clone, Copy)]
+pub struct Denied {
+    /// System call name (as in `man 2`).
+    pub name: &'static str,
+    /// Its number on the build architecture.
+    pub nr: i64,
+    /// When it is refused.
+    pub when: When,
+    /// Why.
+    pub reason: &'static str,
+}
+
+const NAMESPACE_FLAGS: &[u64] = &[
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+];
+
+const ALLOWED_SOCKET_FAMILIES: &[u64] = &[
+    libc::AF_UNIX as u64,
+    libc::AF_INET as u64,
+    libc::AF_INET6 as u64,
+];
+
+// The ioctl request type differs between C libraries; the cast is needed on some.
+#[allow(clippy::unnecessary_cast)]
+const TERMINAL_INJECTION_IOCTLS: &[u64] = &[libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
+
+macro_rules! denied {
+    ($name:ident, $when:expr, $reason:expr) => {
+        Denied {
+            name: stringify!($name),
+            nr: paste_nr!($name),
+            when: $when,
+            reason: $reason,
+        }
+    };
+}
+
+macro_rules! paste_nr {
+    (ptrace) => {
+        libc::SYS_ptrace
+    };
+    (process_vm_readv) => {
+        libc::SYS_process_vm_readv
+    };
+    (process_vm_writev) => {
+        libc::SYS_process_vm_writev
+    };
+    (io_uring_setup) => {
+        libc::SYS_io_uring_setup
+    };
+    (io_uring_enter) => {
+        libc::SYS_io_uring_enter
+    };
+    (io_uring_register) => {
+        libc::SYS_io_uring_register
+    };
+    (userfaultfd) => {
+        libc::SYS_userfaultfd
+    };
+    (perf_event_open) => {
+        libc::SYS_perf_event_open
+    };
+    (bpf) => {
+        libc::SYS_bpf
+    };
+    (keyctl) => {
+        libc::SYS_keyctl
+    };
+    (add_key) => {
+        libc::SYS_add_key
+    };
+    (request_key) => {
+        libc::SYS_request_key
+    };
+    (unshare) => {
+        libc::SYS_unshare
+    };
+    (setns) => {
+        libc::SYS_setns
+    };
+    (clone) => {
+        libc::SYS_clone
+    };
+    (mount) => {
+        libc::SYS_mount
+    };
+    (umount2) => {
+        libc::SYS_umount2
+    };
+    (pivot_root) => {
+        libc::SYS_pivot_root
+    };
+    (fsopen) => {
+        libc::SYS_fsopen
+    };
+    (fsconfig) => {
+        libc::SYS_fsconfig
+    };
+    (fsmount) => {
+        libc::SYS_fsmount
+    };
+    (fspick) => {
+        libc::SYS_fspick
+    };
+    (open_tree) => {
+        libc::SYS_open_tree
+    };
+    (move_mount) => {
+        libc::SYS_move_mount
+    };
+    (mount_setattr) => {
+        libc::SYS_mount_setattr
+    };
+    (open_by_handle_at) => {
+        libc::SYS_open_by_handle_at
+    };
+    (name_to_handle_at) => {
+        libc::SYS_name_to_handle_at
+    };
+    (kexec_load) => {
+        libc::SYS_kexec_load
+    };
+    (kexec_file_load) => {
+        libc::SYS_kexec_file_load
+    };
+    (init_module) => {
+        libc::SYS_init_module
+    };
+    (finit_module) => {
+        libc::SYS_finit_module
+    };
+    (delete_module) => {
+        libc::SYS_delete_module
+    };
+    (reboot) => {
+        libc::SYS_reboot
+    };
+    (swapon) => {
+        libc::SYS_swapon
+    };
+    (swapoff) => {
+        libc::SYS_swapoff
+    };
+    (acct) => {
+        libc::SYS_acct
+    };
+    (quotactl) => {
+        libc::SYS_quotactl
+    };
+    (fanotify_init) => {
+        libc::SYS_fanotify_init
+    };
+    (socket) => {
+        libc::SYS_socket
+    };
+    (socketpair) => {
+        libc::SYS_socketpair
+    };
+    (ioctl) => {
+        libc::SYS_ioctl
+    };
+}
+
+/// The table: every system call the sandboxed command may not make, and why.
+pub const DENIED: &[Denied] = &[
+    denied!(ptrace, When::Always, "reads and writes other processes' memory and registers"),
+    denied!(process_vm_readv, When::Always, "reads another process's memory"),
+    denied!(process_vm_writev, When::Always, "writes another process's memory"),
+    denied!(io_uring_setup, When::Always, "io_uring bypasses seccomp for the operations it submits and is a frequent source of kernel bugs"),
+    denied!(io_uring_enter, When::Always, "see io_uring_setup"),
+    denied!(io_uring_register, When::Always, "see io_uring_setup"),
+    denied!(userfaultfd, When::Always, "used to win kernel race conditions in exploits"),
+    denied!(perf_event_open, When::Always, "kernel attack surface and side channels"),
+    denied!(bpf, When::Always, "loads programs into the kernel"),
+    denied!(keyctl, When::Always, "the kernel keyring is shared outside the sandbox and holds credentials"),
+    denied!(add_key, When::Always, "see keyctl"),
+    denied!(request_key, When::Always, "see keyctl"),
+    denied!(unshare, When::Always, "a nested user namespace regains capabilities and reaches kernel code meant for privileged users"),
+    denied!(setns, When::Always, "joining another namespace leaves the sandbox"),
+    denied!(clone, When::ArgHasAnyBit(0, NAMESPACE_FLAGS), "clone that creates namespaces: same as unshare"),
+    denied!(mount, When::Always, "the sandbox's mounts are fixed before the command starts"),
+    denied!(umount2, When::Always, "unmounting would reveal what the sandbox hides"),
+    denied!(pivot_root, When::Always, "changes the root of the mount namespace"),
+    denied!(fsopen, When::Always, "new mount API"),
+    denied!(fsconfig, When::Always, "new mount API"),
+    denied!(fsmount, When::Always, "new mount API"),
+    denied!(fspick, When::Always, "new mount API: reconfigures existing mounts"),
+    denied!(open_tree, When::Always, "new mount API: clones mounts"),
+    denied!(move_mount, When::Always, "new mount API: attaches mounts"),
+    denied!(mount_setattr, When::Always, "new mount API: would clear read-only flags"),
+    denied!(open_by_handle_at, When::Always, "opens files by handle, bypassing the path (the 'shocker' escape)"),
+    denied!(name_to_handle_at, When::Always, "the other half of open_by_handle_at"),
+    denied!(kexec_load, When::Always, "replaces the kernel"),
+    denied!(kexec_file_load, When::Always, "replaces the kernel"),
+    denied!(init_module, When::Always, "loads kernel code"),
+    denied!(finit_module, When::Always, "loads kernel code"),
+    denied!(delete_module, When::Always, "unloads kernel code"),
+    denied!(reboot, When::Always, "host control"),
+    denied!(swapon, When::Always, "host control"),
+    denied!(swapoff, When::Always, "host control"),
+    denied!(acct, When::Always, "host control"),
+    denied!(quotactl, When::Always, "host control"),
+    denied!(fanotify_init, When::Always, "watches file access across the system"),
+    denied!(socket, When::ArgNotIn(0, ALLOWED_SOCKET_FAMILIES), "only unix, IPv4 and IPv6 sockets: AF_VSOCK reaches the hypervisor, AF_NETLINK/AF_PACKET and the rest are kernel attack surface"),
+    denied!(socketpair, When::ArgNotIn(0, ALLOWED_SOCKET_FAMILIES), "see socket"),
+    denied!(ioctl, When::ArgEq(1, TERMINAL_INJECTION_IOCTLS), "TIOCSTI and TIOCLINUX push keystrokes into the user's terminal"),
+];
+
+/// Errors building the filter (a defect in the table, never a runtime condition).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the seccomp filter: {0}")]
+pub struct FilterError(String);
+
+fn target_arch() -> Result<TargetArch, FilterError> {
+    if cfg!(target_arch = "x86_64") {
+        Ok(TargetArch::x86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Ok(TargetArch::aarch64)
+    } else {
+        Err(FilterError(format!(
+            "unsupported architecture {}",
+            std::env::consts::ARCH
+        )))
+    }
+}
+
+fn cond(
+    arg: u8,
+    len: SeccompCmpArgLen,
+    op: SeccompCmpOp,
+    value: u64,
+) -> Result<SeccompCondition, FilterError> {
+    SeccompCondition::new(arg, len, op, value).map_err(|e| FilterError(e.to_string()))
+}
+
+fn rules_for(when: When) -> Result<Vec<SeccompRule>, FilterError> {
+    let rule = |conds: Vec<SeccompCondition>| {
+        SeccompRule::new(conds).map_err(|e| FilterError(e.to_string()))
+    };
+    match when {
+        When::Always => Ok(vec![]),
+        When::ArgEq(arg, values) => values
+            .iter()
+            .map(|v| {
+                rule(vec![cond(
+                    arg,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::Eq,
+                    *v,
+                )?])
+            })
+            .collect(),
+        When::ArgHasAnyBit(arg, bits) => bits
+            .iter()
+            .map(|b| {
+                rule(vec![cond(
+                    arg,
+                    SeccompCmpArgLen::Qword,
+                    SeccompCmpOp::MaskedEq(*b),
+                    *b,
+                )?])
+            })
+            .collect(),
+        When::ArgNotIn(arg, values) => {
+            let conds = values
+                .iter()
+                .map(|v| cond(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *v))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(vec![rule(conds)?])
+        }
+    }
+}
+
+const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+const BPF_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+const BPF_RET_K: u16 = 0x06;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+fn stmt(code: u16, k: u32) -> sock_filter {
+    sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
+    sock_filter { code, jt, jf, k }
+}
+
+/// The hand-written prologue (see the module documentation).
+fn prologue() -> Vec<sock_filter> {
+    let errno = |e: i32| stmt(BPF_RET_K, SECCOMP_RET_ERRNO | (e as u32 & 0xffff));
+    vec![
+        stmt(BPF_LD_W_ABS, 0), // seccomp_data.nr
+        jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1),
+        errno(libc::ENOSYS),
+        jump(BPF_JEQ_K, libc::SYS_clone3 as u32, 0, 1),
+        errno(libc::ENOSYS),
+    ]
+}
+
+/// Build the complete BPF program.
+pub fn program() -> Result<BpfProgram, FilterError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for d in DENIED {
+        let mut r = rules_for(d.when)?;
+        let entry = rules.entry(d.nr).or_default();
+        if !entry.is_empty() && r.is_empty() {
+            return Err(FilterError(format!("{} listed twice", d.name)));
+        }
+        entry.append(&mut r);
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        target_arch()?,
+    )
+    .map_err(|e| FilterError(e.to_string()))?;
+    let body: BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| FilterError(e.to_string()))?;
+    let mut program = prologue();
+    program.extend(body);
+    Ok(program)
+}
+
+/// The program as the raw bytes of `struct sock_filter[]`, the format bubblewrap reads from
+/// `--add-seccomp-fd`.
+pub fn program_bytes(program: &BpfProgram) -> Vec<u8> {
+    let mut out = Vec::with_capacity(program.len() * 8);
+    for f in program {
+        out.extend_from_slice(&f.code.to_ne_bytes());
+        out.push(f.jt);
+        out.push(f.jf);
+        out.extend_from_slice(&f.k.to_ne_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_and_every_entry_has_a_reason() {
+        let p = program().unwrap();
+        assert!(p.len() > DENIED.len());
+        for d in DENIED {
+            assert!(!d.reason.is_empty(), "{}", d.name);
+        }
+        assert_eq!(program_bytes(&p).len(), p.len() * 8);
+    }
+
+    #[test]
+    fn issue_minimum_is_listed() {
+        for name in [
+            "ptrace",
+            "process_vm_readv",
+            "process_vm_writev",
+            "io_uring_setup",
+            "userfaultfd",
+            "perf_event_open",
+            "bpf",
+            "keyctl",
+            "add_key",
+            "unshare",
+            "fsopen",
+            "open_tree",
+            "mount_setattr",
+            "move_mount",
+            "socket",
+            "ioctl",
+        ] {
+            assert!(DENIED.iter().any(|d| d.name == name), "{name} missing");
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! Which executors this machine can run, and which one a setting selects.
+//!
+//! `auto` picks the strongest available backend and says why: `landlock` (namespaces, mounts,
+//! Landlock and seccomp, with a PID limit) over `bubblewrap` (namespaces, mounts and seccomp,
+//! no Landlock) over `seatbelt` (macOS) over `host`. A named executor that is not available is
+//! an error: a setting never silently downgrades.
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use garuda_policy::{ExecPolicy, ExecutorChoice};
+use serde::Serialize;
+
+use super::bubblewrap::{self, BubblewrapExecutor};
+use super::host::HostExecutor;
+use super::landlock::{self as native, LandlockExecutor};
+use super::seatbelt::SeatbeltExecutor;
+use super::{Captured, CommandSpec, ExecError, Executor, ExitStatus, Outcome, StdioMode};
+
+/// The executor backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorKind {
+    /// System bubblewrap.
+    Bubblewrap,
+    /// Native namespaces + Landlock + seccomp.
+    Landlock,
+    /// macOS `sandbox-exec`.
+    Seatbelt,
+    /// No isolation.
+    Host,
+}
+
+impl ExecutorKind {
+    /// All kinds, strongest first.
+    pub const ALL: [ExecutorKind; 4] = [
+        ExecutorKind::Landlock,
+        ExecutorKind::Bubblewrap,
+        ExecutorKind::Seatbelt,
+        ExecutorKind::Host,
+    ];
+
+    /// The setting's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExecutorKind::Bubblewrap => "bubblewrap",
+            ExecutorKind::Landlock => "landlock",
+            ExecutorKind::Seatbelt => "seatbelt",
+            ExecutorKind::Host => "host",
+        }
+    }
+
+    /// True for every backend that isolates the command (all but `host`).
+    pub fn is_sandbox(self) -> bool {
+        self != ExecutorKind::Host
+    }
+}
+
+impl fmt::Display for ExecutorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Whether one executor can run here, and why (not).
+#[derive(Debug, Clone, Serialize)]
+pub struct Probe {
+    /// Which executor.
+    pub kind: ExecutorKind,
+    /// Usable on this machine.
+    pub available: bool,
+    /// What was found, or why it is not usable.
+    pub detail: String,
+}
+
+/// Probe every executor.
+pub fn probe_executors() -> Vec<Probe> {
+    ExecutorKind::ALL.iter().map(|k| probe_one(*k)).collect()
+}
+
+fn probe_one(kind: ExecutorKind) -> Probe {
+    let (available, detail) = match kind {
+        ExecutorKind::Landlock => match native::availability() {
+            Ok(d) => (true, d),
+            Err(d) => (false, d),
+        },
+        ExecutorKind::Bubblewrap => match bubblewrap::availability() {
+            Ok(d) => (true, d),
+            Err(d) => (false, d),
+        },
+        ExecutorKind::Seatbelt => {
+            if cfg!(target_os = "macos") && std::path::Path::new("/usr/bin/sandbox-exec").exists() {
+                (true, "/usr/bin/sandbox-exec".to_string())
+            } else {
+                (
+                    false,
+                    "Seatbelt (sandbox-exec) exists only on macOS".to_string(),
+                )
+            }
+        }
+        ExecutorKind::Host => (true, super::host::NOTICE.to_string()),
+    };
+    Probe {
+        kind,
+        available,
+        detail,
+    }
+}
+
+/// The executor chosen for a setting, and the sentence that says why.
+pub struct Selection {
+    /// The executor.
+    pub executor: Box<dyn Executor>,
+    /// Why this one.
+    pub reason: String,
+}
+
+impl fmt::Debug for Selection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Selection")
+            .field("executor", &self.executor.kind())
+            .field("reason", &self.reason)
+            .finish()
+    }
+}
+
+/// Build the executor of a kind (without probing).
+pub fn executor_of(kind: ExecutorKind) -> Box<dyn Executor> {
+    match kind {
+        ExecutorKind::Bubblewrap => Box::new(BubblewrapExecutor),
+        ExecutorKind::Landlock => Box::new(LandlockExecutor),
+        ExecutorKind::Seatbelt => Box::new(SeatbeltExecutor),
+        ExecutorKind::Host => Box::new(HostExecutor),
+    }
+}
+
+/// Select the executor for a setting. A named sandbox that is unavailable is an error naming
+/// the reason; `auto` falls back to `host` only when no sandbox exists, and says so.
+pub fn select_executor(choice: ExecutorChoice) -> Result<Selection, ExecError> {
+    let named = match choice {
+        ExecutorChoice::Auto => None,
+        ExecutorChoice::Bubblewrap => Some(ExecutorKind::Bubblewrap),
+        ExecutorChoice::Landlock => Some(ExecutorKind::Landlock),
+        ExecutorChoice::Seatbelt => Some(ExecutorKind::Seatbelt),
+        ExecutorChoice::Host => Some(ExecutorKind::Host),
+    };
+    if let Some(kind) = named {
+        let p = probe_one(kind);
+        if !p.available {
+            return Err(ExecError::Unavailable {
+                executor: kind,
+                reason: p.detail,
+            });
+        }
+        return Ok(Selection {
+            executor: executor_of(kind),
+            reason: format!("{kind} (selected by the executor setting): {}", p.detail),
+        });
+    }
+    let mut passed_over = Vec::new();
+    for kind in ExecutorKind::ALL {
+        let p = probe_one(kind);
+        if p.available {
+            let mut reason = format!("{} (auto: the strongest available): {}", p.kind, p.detail);
+            if !passed_over.is_empty() {
+                reason.push_str(&format!("; not available: {}", passed_over.join("; ")));
+            }
+            return Ok(Selection {
+                executor: executor_of(p.kind),
+                reason,
+            });
+        }
+        passed_over.push(format!("{} ({})", p.kind, p.detail));
+    }
+    Err(ExecError::Unavailable {
+        executor: ExecutorKind::Host,
+        reason: "no executor is available".into(),
+    })
+}
+
+/// The working directory of `cmd`, checked to lie inside the project root.
+pub fn checked_cwd(cmd: &CommandSpec, policy: &ExecPolicy) -> Result<PathBuf, ExecError> {
+    match &cmd.cwd {
+        None => Ok(policy.project_root.clone()),
+        Some(cwd) => {
+            let abs = if cwd.is_absolute() {
+                cwd.clone()
+            } else {
+                policy.project_root.join(cwd)
+            };
+            let canon = std::fs::canonicalize(&abs).map_err(|_| ExecError::CwdOutsideProject {
+                cwd: abs.clone(),
+                root: policy.project_root.clone(),
+            })?;
+            if !canon.starts_with(&policy.project_root) {
+                return Err(ExecError::CwdOutsideProject {
+                    cwd: canon,
+                    root: policy.project_root.clone(),
+                });
+            }
+            Ok(canon)
+        }
+    }
+}
+
+/// The outcome reported when the program does not exist: exit 127, like a shell.
+pub fn not_found_outcome(program: &OsStr, stdio: StdioMode, start: Instant) -> Outcome {
+    exec_failure_outcome(program, libc::ENOENT, stdio, start)
+}
+
+/// The outcome for a program that could not be executed inside the sandbox (127 when it was
+/// not found, 126 otherwise), with the reason on stderr.
+pub fn exec_failure_outcome(
+    program: &OsStr,
+    errno: i32,
+    stdio: StdioMode,
+    start: Instant,
+) -> Outcome {
+    let msg = format!(
+        "garuda: cannot execute {}: {}\n",
+        program.to_string_lossy(),
+        std::io::Error::from_raw_os_error(errno)
+    );
+    let mut stderr = Captured::default();
+    match stdio {
+        StdioMode::Capture => stderr.bytes = msg.into_bytes(),
+        StdioMode::Inherit => eprint!("{msg}"),
+    }
+    Outcome {
+        status: ExitStatus::Code(if errno == libc::ENOENT { 127 } else { 126 }),
+        stdout: Captured::default(),
+        stderr,
+        duration: start.elapsed(),
+    }
+}

@@ -1,0 +1,23 @@
+//! The Garuda supervisor: the trusted half of Garuda.
+//!
+//! The supervisor owns every side effect. This crate holds:
+//!
+//! - [`executor`]: the one [`executor::Executor`] trait and its backends — `landlock` (native
+//!   namespaces, mounts, Landlock and seccomp), `bubblewrap` (the system's `bwrap` with our
+//!   argument vector and seccomp program), `seatbelt` (macOS `sandbox-exec` with a generated
+//!   profile) and `host` (no isolation: the negative control);
+//! - [`doctor`]: what this machine offers (executors, Landlock ABI, bwrap version, user
+//!   namespaces, overlayfs in a user namespace, seccomp);
+//! - [`cli`]: `garuda sandbox` and `garuda doctor`;
+//! - `sys`: the only module of the workspace with `unsafe` code, every block with a
+//!   `// SAFETY:` note.
+//!
+//! The policy every command runs under comes from `garuda-policy`
+//! ([`garuda_policy::ExecPolicy`]); executors only enforce it.
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod cli;
+pub mod doctor;
+pub mod executor;
+pub(crate) mod sys;

@@ -1,0 +1,1133 @@
+//! Every raw system call of the supervisor, in one module.
+//!
+//! This is the only place in the workspace where `unsafe` is allowed. Each block says why it is
+//! sound. Two kinds of code live here:
+//!
+//! - thin wrappers (Landlock, memfd, pidfd, pipes) returning `io::Result`;
+//! - [`spawn_native`], the fork of the native (`landlock`) executor. The supervisor is
+//!   multi-threaded, so after `fork` the child may only make async-signal-safe calls: it must
+//!   not allocate, lock or format. Everything it needs — C strings, the mount steps, the
+//!   seccomp program, the Landlock ruleset — is prepared by the parent in a [`NativePlan`], and
+//!   the child only walks that plan with `libc` calls. A failure is reported as a fixed-size
+//!   record on a pipe, never with a panic.
+
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use seccompiler::sock_filter;
+
+// ---------------------------------------------------------------------------------------------
+// Small wrappers.
+
+fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// A pipe whose both ends are close-on-exec: `(read, write)`.
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } as libc::c_long)?;
+    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Open `path` with `O_PATH | O_NOFOLLOW | O_CLOEXEC`: a handle that names an inode without
+/// granting any access, used as a Landlock rule anchor and as a bind-mount source.
+pub fn open_path(path: &CStr) -> io::Result<OwnedFd> {
+    // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    cvt(fd as libc::c_long)?;
+    // SAFETY: open succeeded and returned a fresh descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Open `path` read-only (close-on-exec).
+pub fn open_read(path: &CStr) -> io::Result<OwnedFd> {
+    // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    cvt(fd as libc::c_long)?;
+    // SAFETY: open succeeded and returned a fresh descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// An anonymous memory file holding `data`, positioned at offset 0 (close-on-exec).
+pub fn memfd_with(name: &CStr, data: &[u8]) -> io::Result<OwnedFd> {
+    // SAFETY: `name` is a valid NUL-terminated string.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    cvt(fd as libc::c_long)?;
+    // SAFETY: memfd_create succeeded; we own the new descriptor.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut written = 0;
+    while written < data.len() {
+        // SAFETY: the pointer and length describe the unwritten tail of `data`.
+        let n = unsafe { libc::write(fd, data[written..].as_ptr().cast(), data.len() - written) };
+        written += cvt(n as libc::c_long)? as usize;
+    }
+    // SAFETY: plain lseek on a descriptor we own.
+    cvt(unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } as libc::c_long)?;
+    Ok(owned)
+}
+
+/// Clear `FD_CLOEXEC` on `fd`. Only for use between fork and exec (see [`keep_fds_pre_exec`]).
+fn clear_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an integer descriptor has no memory-safety requirements.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } as libc::c_long).map(drop)
+}
+
+/// Send `signal` to `pid`.
+pub fn kill(pid: libc::pid_t, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill has no memory-safety requirements.
+    cvt(unsafe { libc::kill(pid, signal) } as libc::c_long).map(drop)
+}
+
+/// Raw wait status of a reaped child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawExit {
+    /// `exit(code)`.
+    Code(i32),
+    /// Killed by a signal.
+    Signal(i32),
+}
+
+fn decode_status(status: libc::c_int) -> RawExit {
+    if libc::WIFSIGNALED(status) {
+        RawExit::Signal(libc::WTERMSIG(status))
+    } else {
+        RawExit::Code(libc::WEXITSTATUS(status))
+    }
+}
+
+/// Wait for `pid`; if `timeout` passes first, SIGKILL it (and so, through the death signal,
+/// its whole sandbox), reap it and return `None`.
+pub fn wait_pid(pid: libc::pid_t, timeout: Option<Duration>) -> io::Result<Option<RawExit>> {
+    if let Some(limit) = timeout {
+        // SAFETY: pidfd_open takes a pid and flags; no pointers.
+        let pidfd = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+        // SAFETY: pidfd_open returned a fresh descriptor we own.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut pfd = libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = left.as_millis().min(i32::MAX as u128) as libc::c_int;
+            // SAFETY: `pfd` is one valid pollfd.
+            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n > 0 {
+                break;
+            }
+            if left.is_zero() {
+                let _ = kill(pid, libc::SIGKILL);
+                reap(pid)?;
+                return Ok(None);
+            }
+        }
+    }
+    reap(pid).map(Some)
+}
+
+fn reap(pid: libc::pid_t) -> io::Result<RawExit> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid int for waitpid to fill.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return Ok(decode_status(status));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Read everything available from `fd` until EOF.
+pub fn read_to_end(fd: &OwnedFd) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        // SAFETY: `buf` is a valid writable buffer of the given length.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(out);
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Landlock.
+
+const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+
+#[repr(C)]
+struct LandlockRulesetAttr {
+    handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
+}
+
+#[repr(C, packed)]
+struct LandlockPathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// The Landlock ABI version of the running kernel, or the error (`ENOSYS`: not built in;
+/// `EOPNOTSUPP`: built in but disabled at boot).
+pub fn landlock_abi() -> io::Result<u32> {
+    // SAFETY: with a NULL attribute, size 0 and the VERSION flag the call only returns a number.
+    let v = cvt(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<LandlockRulesetAttr>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    })?;
+    Ok(v as u32)
+}
+
+/// Create a ruleset handling these rights. `scoped` needs ABI 6; pass 0 before that.
+pub fn landlock_create_ruleset(fs: u64, net: u64, scoped: u64) -> io::Result<OwnedFd> {
+    let attr = LandlockRulesetAttr {
+        handled_access_fs: fs,
+        handled_access_net: net,
+        scoped,
+    };
+    // Older kernels reject unknown trailing fields, so pass the size that holds the last
+    // non-zero field.
+    let size = if scoped != 0 {
+        std::mem::size_of::<LandlockRulesetAttr>()
+    } else if net != 0 {
+        16
+    } else {
+        8
+    };
+    // SAFETY: `attr` outlives the call and `size` does not exceed its size.
+    let fd = cvt(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &attr as *const LandlockRulesetAttr,
+            size,
+            0u32,
+        )
+    })?;
+    // SAFETY: the kernel returned a fresh (close-on-exec) descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Allow `access` beneath the inode `parent` refers to.
+pub fn landlock_add_path_rule(ruleset: &OwnedFd, parent: &OwnedFd, access: u64) -> io::Result<()> {
+    let attr = LandlockPathBeneathAttr {
+        allowed_access: access,
+        parent_fd: parent.as_raw_fd(),
+    };
+    // SAFETY: `attr` is a valid, packed path-beneath attribute that outlives the call.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const LandlockPathBeneathAttr,
+            0u32,
+        )
+    })
+    .map(drop)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Probes used by `garuda doctor` and executor selection. Each runs in a forked child that does
+// nothing but system calls on pre-built data and exits, so it is safe from a threaded parent.
+
+/// What a probe child should try.
+#[derive(Debug, Clone, Copy)]
+pub enum ProbeKind {
+    /// `unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET)`.
+    UserNamespace,
+    /// The same, then `mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY)` on `/`.
+    RecursiveReadOnly,
+}
+
+/// Overlay probe data: the three directories and the option string, prepared by the caller.
+pub struct OverlayProbe {
+    /// Mount point.
+    pub merged: CString,
+    /// `lowerdir=..,upperdir=..,workdir=..,userxattr`.
+    pub options: CString,
+    /// A file to create through the overlay.
+    pub probe_file: CString,
+}
+
+/// Run a probe in a forked child; `Ok(())` when every step succeeded, else the errno of the
+/// first failing step.
+pub fn probe(kind: ProbeKind, overlay: Option<&OverlayProbe>) -> io::Result<()> {
+    let uid_map = id_map(current_uid());
+    let gid_map = id_map(current_gid());
+    let root = c"/";
+    // SAFETY: fork in a threaded process: the child below only makes async-signal-safe system
+    // calls on data prepared before the fork, then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let code = probe_child(kind, overlay, &uid_map, &gid_map, root);
+        // SAFETY: `_exit` ends the child without running the parent's destructors.
+        unsafe { libc::_exit(code) }
+    }
+    match reap(pid)? {
+        RawExit::Code(0) => Ok(()),
+        RawExit::Code(errno) => Err(io::Error::from_raw_os_error(errno)),
+        RawExit::Signal(s) => Err(io::Error::other(format!("probe killed by signal {s}"))),
+    }
+}
+
+fn errno() -> i32 {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn probe_child(
+    kind: ProbeKind,
+    overlay: Option<&OverlayProbe>,
+    uid_map: &[u8],
+    gid_map: &[u8],
+    root: &CStr,
+) -> i32 {
+    let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET;
+    // SAFETY: unshare takes flags only.
+    if unsafe { libc::unshare(flags) } != 0 {
+        return errno();
+    }
+    if write_id_maps(uid_map, gid_map).is_err() {
+        return errno();
+    }
+    if let ProbeKind::RecursiveReadOnly = kind {
+        // SAFETY: both strings are valid; the flags are constants.
+        if unsafe {
+            libc::mount(
+                std::ptr::null(),
+                root.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        } != 0
+        {
+            return errno();
+        }
+        if mount_setattr_readonly(root).is_err() {
+            return errno();
+        }
+    }
+    if let Some(o) = overlay {
+        // SAFETY: all strings are valid NUL-terminated C strings prepared by the parent.
+        if unsafe {
+            libc::mount(
+                c"overlay".as_ptr(),
+                o.merged.as_ptr(),
+                c"overlay".as_ptr(),
+                0,
+                o.options.as_ptr().cast(),
+            )
+        } != 0
+        {
+            return errno();
+        }
+        // SAFETY: valid path; creating a file through the overlay proves `userxattr` works.
+        let fd = unsafe {
+            libc::open(
+                o.probe_file.as_ptr(),
+                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return errno();
+        }
+    }
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Identity helpers.
+
+/// The real user id of this process.
+pub fn current_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// The real group id of this process.
+pub fn current_gid() -> u32 {
+    // SAFETY: getgid cannot fail.
+    unsafe { libc::getgid() }
+}
+
+/// This process's id.
+pub fn current_pid() -> libc::pid_t {
+    // SAFETY: getpid cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// `"ID ID 1\n"`: map the user to itself inside the new user namespace. Mapping to root would
+/// make files owned by the user look foreign (and `git status` rehash every file).
+pub fn id_map(id: u32) -> Vec<u8> {
+    format!("{id} {id} 1\n").into_bytes()
+}
+
+fn write_file(path: &CStr, data: &[u8]) -> Result<(), i32> {
+    // SAFETY: valid path string; flags and mode are constants.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: `data` is a valid buffer of the given length; `fd` is open.
+    let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+    let e = errno();
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(fd) };
+    if n != data.len() as isize {
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn write_id_maps(uid_map: &[u8], gid_map: &[u8]) -> Result<(), i32> {
+    // `setgroups` must be denied before an unprivileged process may write its gid map.
+    write_file(c"/proc/self/setgroups", b"deny")?;
+    write_file(c"/proc/self/uid_map", uid_map)?;
+    write_file(c"/proc/self/gid_map", gid_map)
+}
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+
+fn mount_setattr_readonly(path: &CStr) -> Result<(), i32> {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `path` and `attr` are valid for the duration of the call; size matches.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_RECURSIVE as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The native executor's fork.
+
+/// One step of the mount plan, executed in order inside the new mount namespace.
+#[derive(Debug)]
+pub enum MountStep {
+    /// Stop mount events propagating back to the host.
+    MakeRootPrivate,
+    /// Make every mount under `/` read-only and nosuid in one call (`mount_setattr`).
+    RecursiveReadOnly,
+    /// Mount a fresh tmpfs.
+    Tmpfs {
+        /// Mount point.
+        target: CString,
+        /// Mount flags (`MS_RDONLY`, `MS_NOSUID`, …).
+        flags: libc::c_ulong,
+        /// tmpfs options (`mode=…,size=…`).
+        options: CString,
+    },
+    /// Mount a new devpts instance.
+    Devpts {
+        /// Mount point.
+        target: CString,
+    },
+    /// Create a directory (an existing one is fine).
+    Mkdir {
+        /// Path.
+        path: CString,
+        /// Mode.
+        mode: libc::mode_t,
+    },
+    /// Create an empty regular file (an existing one is fine).
+    CreateFile {
+        /// Path.
+        path: CString,
+        /// Mode.
+        mode: libc::mode_t,
+    },
+    /// Create a symbolic link.
+    Symlink {
+        /// What the link points to.
+        target: CString,
+        /// The link's path.
+        link: CString,
+    },
+    /// Bind `source` (usually `/proc/self/fd/N` of an `O_PATH` handle opened by the parent)
+    /// on `target`, recursively, then remount the top mount with `remount_flags`.
+    Bind {
+        /// Source path.
+        source: CString,
+        /// Mount point.
+        target: CString,
+        /// Flags for the remount (`MS_RDONLY` for read-only binds; none clears read-only).
+        remount_flags: libc::c_ulong,
+    },
+    /// Open `path` with `O_PATH` and place the handle at descriptor `fd`, so a later
+    /// [`MountStep::Bind`] can use `/proc/self/fd/<fd>` as its source after the path itself
+    /// has been covered by another mount. (Handles opened by the parent would name mounts of
+    /// the host's namespace, which `mount(2)` refuses as bind sources.)
+    Hold {
+        /// Path to open.
+        path: CString,
+        /// Descriptor number to place the handle at (close-on-exec).
+        fd: RawFd,
+    },
+    /// Remove a file (the empty placeholder used for unreadable files).
+    Unlink {
+        /// Path.
+        path: CString,
+    },
+}
+
+/// Everything the native executor's child needs, prepared by the parent before `fork`.
+pub struct NativePlan {
+    /// Absolute path of the program to execute.
+    pub program: CString,
+    /// NULL-terminated `argv` pointers into `argv_storage`.
+    pub argv: Vec<*const libc::c_char>,
+    /// Owns the argument strings.
+    #[allow(dead_code)] // kept alive for the pointers in `argv`
+    pub argv_storage: Vec<CString>,
+    /// NULL-terminated `envp` pointers into `envp_storage`.
+    pub envp: Vec<*const libc::c_char>,
+    /// Owns the environment strings.
+    #[allow(dead_code)] // kept alive for the pointers in `envp`
+    pub envp_storage: Vec<CString>,
+    /// Working directory.
+    pub cwd: CString,
+    /// Contents of `/proc/self/uid_map`.
+    pub uid_map: Vec<u8>,
+    /// Contents of `/proc/self/gid_map`.
+    pub gid_map: Vec<u8>,
+    /// Mount steps, run by the first child in the new mount namespace.
+    pub mounts: Vec<MountStep>,
+    /// Contents written to the new PID namespace's `/proc/sys/kernel/pid_max`, bounding the
+    /// number of processes (a fork bomb).
+    pub pid_max: Vec<u8>,
+    /// The Landlock ruleset to enforce.
+    pub landlock_ruleset: RawFd,
+    /// The seccomp program.
+    pub seccomp: Vec<sock_filter>,
+    /// Descriptors for 0, 1, 2 (dup2'ed in the child).
+    pub stdio: [RawFd; 3],
+    /// Highest capability number (`/proc/sys/kernel/cap_last_cap`).
+    pub cap_last_cap: u32,
+    /// The parent's pid: the child dies with it (`PR_SET_PDEATHSIG`) and checks it is alive.
+    pub parent_pid: libc::pid_t,
+    /// Write end of the report pipe (close-on-exec).
+    pub report_fd: RawFd,
+}
+
+/// Where in the child a setup step failed. Numbers are stable: the parent decodes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Stage {
+    /// The parent died before the child started.
+    ParentGone = 1,
+    /// `setsid`.
+    Setsid = 2,
+    /// `dup2` of stdio.
+    Stdio = 3,
+    /// `unshare` of the namespaces.
+    Unshare = 4,
+    /// Writing the id maps.
+    IdMaps = 5,
+    /// `fork` of the PID namespace's init.
+    ForkInit = 6,
+    /// Mounting `/proc`.
+    MountProc = 7,
+    /// Writing `pid_max`.
+    PidMax = 8,
+    /// `fork` of the command.
+    ForkCommand = 9,
+    /// `chdir` to the working directory.
+    Chdir = 10,
+    /// `PR_SET_NO_NEW_PRIVS`.
+    NoNewPrivs = 11,
+    /// Dropping capabilities.
+    DropCaps = 12,
+    /// `landlock_restrict_self`.
+    Landlock = 13,
+    /// Installing the seccomp filter.
+    Seccomp = 14,
+    /// `execve` (the program could not be executed).
+    Exec = 15,
+    /// Not a failure: the command was killed by the signal in the errno field.
+    Signaled = 16,
+    /// Resetting signal dispositions.
+    Signals = 17,
+    /// Mount step N is reported as `MOUNT_BASE + N`.
+    MountBase = 1000,
+}
+
+/// A decoded report record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    /// Stage code (see [`Stage`]; `>= 1000` is mount step `code - 1000`).
+    pub stage: u32,
+    /// The errno (or the signal number for [`Stage::Signaled`]).
+    pub value: i32,
+}
+
+/// Decode the report pipe's contents (a sequence of 8-byte records).
+pub fn decode_reports(bytes: &[u8]) -> Vec<Report> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| Report {
+            stage: u32::from_ne_bytes([c[0], c[1], c[2], c[3]]),
+            value: i32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect()
+}
+
+fn report(fd: RawFd, stage: u32, value: i32) {
+    let mut rec = [0u8; 8];
+    rec[..4].copy_from_slice(&stage.to_ne_bytes());
+    rec[4..].copy_from_slice(&value.to_ne_bytes());
+    // SAFETY: `rec` is a valid 8-byte buffer; a short or failed write only loses the report.
+    unsafe { libc::write(fd, rec.as_ptr().cast(), rec.len()) };
+}
+
+fn fail(fd: RawFd, stage: u32) -> ! {
+    report(fd, stage, errno());
+    // SAFETY: ends the forked child immediately.
+    unsafe { libc::_exit(125) }
+}
+
+/// Exit code of a child whose setup failed before the command ran.
+pub const SETUP_FAILED_EXIT: i32 = 125;
+
+/// Fork the native sandbox. Returns the pid of the outer child; wait for it with [`wait_pid`].
+///
+/// Process layout: `outer` (new user, mount, net, IPC, UTS, cgroup namespaces; builds the
+/// mounts; waits) → `init` (PID 1 of a new PID namespace: mounts `/proc`, bounds `pid_max`,
+/// reaps, and exits when the command exits, which makes the kernel kill every process left in
+/// the namespace) → `command` (drops capabilities, Landlock, seccomp, `execve`). Both children
+/// die with their parent (`PR_SET_PDEATHSIG`), so killing `outer` kills the whole tree.
+pub fn spawn_native(plan: &NativePlan) -> io::Result<libc::pid_t> {
+    // SAFETY: fork from a possibly multi-threaded process. The child runs `outer_main`, which
+    // only makes async-signal-safe system calls on memory prepared before the fork (the plan
+    // is borrowed, never mutated, and nothing is allocated or freed), and never returns.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        outer_main(plan)
+    }
+    Ok(pid)
+}
+
+fn outer_main(plan: &NativePlan) -> ! {
+    let rep = plan.report_fd;
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    // SAFETY: getppid cannot fail.
+    if unsafe { libc::getppid() } != plan.parent_pid {
+        report(rep, Stage::ParentGone as u32, 0);
+        // SAFETY: ends the child.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
+    // A new session: the command has no controlling terminal, so TIOCSTI cannot inject input.
+    // SAFETY: setsid takes no arguments.
+    if unsafe { libc::setsid() } < 0 {
+        fail(rep, Stage::Setsid as u32);
+    }
+    for (target, &fd) in plan.stdio.iter().enumerate() {
+        // SAFETY: dup2 on integer descriptors.
+        if fd != target as RawFd && unsafe { libc::dup2(fd, target as RawFd) } < 0 {
+            fail(rep, Stage::Stdio as u32);
+        }
+    }
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP;
+    // SAFETY: unshare takes flags only.
+    if unsafe { libc::unshare(flags) } != 0 {
+        fail(rep, Stage::Unshare as u32);
+    }
+    if let Err(e) = write_id_maps(&plan.uid_map, &plan.gid_map) {
+        report(rep, Stage::IdMaps as u32, e);
+        // SAFETY: ends the child.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
+    for (i, step) in plan.mounts.iter().enumerate() {
+        if let Err(e) = run_mount_step(step) {
+            report(rep, Stage::MountBase as u32 + i as u32, e);
+            // SAFETY: ends the child.
+            unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+        }
+    }
+    // SAFETY: fork from the single-threaded outer child; the grandchild never returns.
+    let init = unsafe { libc::fork() };
+    if init < 0 {
+        fail(rep, Stage::ForkInit as u32);
+    }
+    if init == 0 {
+        init_main(plan)
+    }
+    // Keep only stdio: no handle of the supervisor outlives the setup in this process.
+    close_from(3);
+    let code = match reap(init) {
+        Ok(RawExit::Code(c)) => c,
+        Ok(RawExit::Signal(s)) => 128 + s,
+        Err(_) => SETUP_FAILED_EXIT,
+    };
+    // SAFETY: ends the outer child with the init's status.
+    unsafe { libc::_exit(code) }
+}
+
+fn close_from(first: u32) {
+    // SAFETY: close_range with integer arguments.
+    unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
+}
+
+fn close_all_but(keep: RawFd) {
+    let keep = keep as u32;
+    if keep > 3 {
+        // SAFETY: close_range with integer arguments.
+        unsafe { libc::syscall(libc::SYS_close_range, 3u32, keep - 1, 0u32) };
+    }
+    close_from(keep + 1);
+}
+
+fn init_main(plan: &NativePlan) -> ! {
+    let rep = plan.report_fd;
+    // SAFETY: prctl with integer arguments. The death signal reaches PID 1 because it comes
+    // from outside the namespace.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    // SAFETY: valid C strings; flags are constants.
+    if unsafe {
+        libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        fail(rep, Stage::MountProc as u32);
+    }
+    if let Err(e) = write_file(c"/proc/sys/kernel/pid_max", &plan.pid_max) {
+        report(rep, Stage::PidMax as u32, e);
+        // SAFETY: ends the child.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
+    // SAFETY: fork from the single-threaded init; the child never returns.
+    let cmd = unsafe { libc::fork() };
+    if cmd < 0 {
+        fail(rep, Stage::ForkCommand as u32);
+    }
+    if cmd == 0 {
+        command_main(plan)
+    }
+    close_all_but(rep);
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid int for waitpid to fill.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r == cmd {
+            break;
+        }
+        if r < 0 && errno() != libc::EINTR {
+            // SAFETY: ends init; the kernel kills the namespace.
+            unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+        }
+    }
+    match decode_status(status) {
+        RawExit::Code(c) => {
+            // SAFETY: ends init; every other process in the namespace is killed by the kernel.
+            unsafe { libc::_exit(c) }
+        }
+        RawExit::Signal(s) => {
+            report(rep, Stage::Signaled as u32, s);
+            // SAFETY: as above.
+            unsafe { libc::_exit(128 + s) }
+        }
+    }
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+// SECBIT_NOROOT | _LOCKED, NO_SETUID_FIXUP | _LOCKED, KEEP_CAPS_LOCKED,
+// NO_CAP_AMBIENT_RAISE | _LOCKED: uid 0 inside the sandbox never regains capabilities.
+const SECURE_BITS_LOCKED_DOWN: libc::c_ulong = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80;
+
+fn drop_capabilities(cap_last_cap: u32) -> Result<(), i32> {
+    for cap in 0..=cap_last_cap {
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0 {
+            return Err(errno());
+        }
+    }
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECURE_BITS_LOCKED_DOWN, 0, 0, 0) } != 0 {
+        return Err(errno());
+    }
+    // SAFETY: prctl with integer arguments.
+    if unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    } != 0
+    {
+        return Err(errno());
+    }
+    let header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: header and a two-element data array, as capset(2) version 3 requires.
+    if unsafe { libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) } != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+fn command_main(plan: &NativePlan) -> ! {
+    let rep = plan.report_fd;
+    // SAFETY: prctl with integer arguments; the command dies if init dies.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    // The supervisor ignores SIGPIPE and may block signals in its threads; a command must
+    // start with default dispositions and an empty mask, as after a normal spawn.
+    // SAFETY: resetting dispositions and the mask with valid arguments.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) != 0 {
+            fail(rep, Stage::Signals as u32);
+        }
+    }
+    // SAFETY: valid C string.
+    if unsafe { libc::chdir(plan.cwd.as_ptr()) } != 0 {
+        fail(rep, Stage::Chdir as u32);
+    }
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        fail(rep, Stage::NoNewPrivs as u32);
+    }
+    if let Err(e) = drop_capabilities(plan.cap_last_cap) {
+        report(rep, Stage::DropCaps as u32, e);
+        // SAFETY: ends the child.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
+    // SAFETY: the ruleset descriptor was created by the parent and is inherited.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_landlock_restrict_self,
+            plan.landlock_ruleset,
+            0u32,
+        )
+    } != 0
+    {
+        fail(rep, Stage::Landlock as u32);
+    }
+    // No descriptor of the supervisor reaches the command: everything above stdio is closed at
+    // exec (the report pipe too, which tells the parent exec succeeded).
+    // SAFETY: close_range with integer arguments.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    #[repr(C)]
+    struct SockFprog {
+        len: libc::c_ushort,
+        filter: *const sock_filter,
+    }
+    let prog = SockFprog {
+        len: plan.seccomp.len() as libc::c_ushort,
+        filter: plan.seccomp.as_ptr(),
+    };
+    // SAFETY: `prog` points at the plan's filter, which outlives the call. The filter is the
+    // last step before execve and allows execve.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0u32,
+            &prog as *const SockFprog,
+        )
+    } != 0
+    {
+        fail(rep, Stage::Seccomp as u32);
+    }
+    // SAFETY: program, argv and envp are NUL-terminated strings and NULL-terminated pointer
+    // arrays owned by the plan.
+    unsafe {
+        libc::execve(
+            plan.program.as_ptr(),
+            plan.argv.as_ptr(),
+            plan.envp.as_ptr(),
+        )
+    };
+    let e = errno();
+    report(rep, Stage::Exec as u32, e);
+    let code = if e == libc::ENOENT { 127 } else { 126 };
+    // SAFETY: ends the child.
+    unsafe { libc::_exit(code) }
+}
+
+fn run_mount_step(step: &MountStep) -> Result<(), i32> {
+    let null = std::ptr::null::<libc::c_char>();
+    let check = |r: libc::c_int| if r != 0 { Err(errno()) } else { Ok(()) };
+    match step {
+        MountStep::MakeRootPrivate => check(
+            // SAFETY: constant strings and flags.
+            unsafe {
+                libc::mount(
+                    null,
+                    c"/".as_ptr(),
+                    null,
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                )
+            },
+        ),
+        MountStep::RecursiveReadOnly => mount_setattr_readonly(c"/"),
+        MountStep::Tmpfs {
+            target,
+            flags,
+            options,
+        } => check(
+            // SAFETY: valid C strings owned by the plan.
+            unsafe {
+                libc::mount(
+                    c"tmpfs".as_ptr(),
+                    target.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    *flags,
+                    options.as_ptr().cast(),
+                )
+            },
+        ),
+        MountStep::Devpts { target } => check(
+            // SAFETY: valid C strings.
+            unsafe {
+                libc::mount(
+                    c"devpts".as_ptr(),
+                    target.as_ptr(),
+                    c"devpts".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NOEXEC,
+                    c"newinstance,ptmxmode=0666,mode=620".as_ptr().cast(),
+                )
+            },
+        ),
+        MountStep::Mkdir { path, mode } => {
+            // SAFETY: valid C string.
+            if unsafe { libc::mkdir(path.as_ptr(), *mode) } != 0 && errno() != libc::EEXIST {
+                return Err(errno());
+            }
+            Ok(())
+        }
+        MountStep::CreateFile { path, mode } => {
+            // SAFETY: valid C string; the descriptor is closed right away.
+            let fd = unsafe {
+                libc::open(
+                    path.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    *mode as libc::c_uint,
+                )
+            };
+            if fd < 0 {
+                return Err(errno());
+            }
+            // SAFETY: closing the descriptor opened above.
+            unsafe { libc::close(fd) };
+            Ok(())
+        }
+        MountStep::Symlink { target, link } => check(
+            // SAFETY: valid C strings.
+            unsafe { libc::symlink(target.as_ptr(), link.as_ptr()) },
+        ),
+        MountStep::Bind {
+            source,
+            target,
+            remount_flags,
+        } => {
+            // SAFETY: valid C strings.
+            check(unsafe {
+                libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    null,
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                )
+            })?;
+            // SAFETY: valid C strings; a bind remount changes only the new mount's flags.
+            check(unsafe {
+                libc::mount(
+                    null,
+                    target.as_ptr(),
+                    null,
+                    libc::MS_BIND | libc::MS_REMOUNT | *remount_flags,
+                    std::ptr::null(),
+                )
+            })
+        }
+        MountStep::Hold { path, fd } => {
+            // SAFETY: valid C string; flags are constants.
+            let tmp = unsafe {
+                libc::open(
+                    path.as_ptr(),
+                    libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                )
+            };
+            if tmp < 0 {
+                return Err(errno());
+            }
+            if tmp == *fd {
+                return Ok(());
+            }
+            // SAFETY: dup3 and close on integer descriptors.
+            let r = unsafe { libc::dup3(tmp, *fd, libc::O_CLOEXEC) };
+            let e = errno();
+            // SAFETY: closing the temporary descriptor opened above.
+            unsafe { libc::close(tmp) };
+            if r < 0 {
+                return Err(e);
+            }
+            Ok(())
+        }
+        MountStep::Unlink { path } => check(
+            // SAFETY: valid C string.
+            unsafe { libc::unlink(path.as_ptr()) },
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// bubblewrap's spawn hook.
+
+/// Install a `pre_exec` hook on a `std::process::Command` that, in the child, clears
+/// close-on-exec on `keep` (the descriptors bubblewrap reads, like `--add-seccomp-fd`), sets
+/// `RLIMIT_NPROC` when given, and joins a cgroup by writing `0` to `cgroup_procs` when given.
+pub fn bwrap_pre_exec(
+    cmd: &mut std::process::Command,
+    keep: Vec<RawFd>,
+    nproc: Option<u64>,
+    cgroup_procs: Option<CString>,
+) {
+    use std::os::unix::process::CommandExt;
+    let hook = move || -> io::Result<()> {
+        for fd in &keep {
+            clear_cloexec(*fd)?;
+        }
+        if let Some(limit) = nproc {
+            let rl = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: `rl` is a valid rlimit.
+            cvt(unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &rl) } as libc::c_long)?;
+        }
+        if let Some(path) = &cgroup_procs {
+            write_file(path, b"0").map_err(io::Error::from_raw_os_error)?;
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs between fork and exec and only calls fcntl, setrlimit, open, write
+    // and close on data captured before the fork; it allocates nothing.
+    unsafe { cmd.pre_exec(hook) };
+}
+
+/// Put the spawned host-executor command in its own process group so the whole group can be
+/// killed when it ends.
+pub fn own_process_group(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+}

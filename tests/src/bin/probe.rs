@@ -1,0 +1,2 @@
+//! The probe program the contract suite runs inside each sandbox.
+fn main() {}
