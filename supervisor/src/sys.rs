@@ -568,6 +568,10 @@ pub struct NativePlan {
     pub pid_max: Vec<u8>,
     /// The Landlock ruleset to enforce.
     pub landlock_ruleset: RawFd,
+    /// Landlock rules added inside the new mount namespace, after the mounts: paths whose
+    /// inode only exists there (the private `/tmp` and `/dev`). Landlock does not look at a
+    /// covered mount point, so a rule on the host's `/tmp` would not reach the new tmpfs.
+    pub late_rules: Vec<(CString, u64)>,
     /// The seccomp program.
     pub seccomp: Vec<sock_filter>,
     /// Descriptors for 0, 1, 2 (dup2'ed in the child).
@@ -618,6 +622,10 @@ pub enum Stage {
     Signaled = 16,
     /// Resetting signal dispositions.
     Signals = 17,
+    /// Bringing up the new network namespace's loopback interface.
+    Loopback = 18,
+    /// Adding a Landlock rule inside the new mount namespace.
+    LandlockRule = 19,
     /// Mount step N is reported as `MOUNT_BASE + N`.
     MountBase = 1000,
 }
@@ -717,9 +725,21 @@ fn outer_main(plan: &NativePlan) -> ! {
         // SAFETY: ends the child.
         unsafe { libc::_exit(SETUP_FAILED_EXIT) }
     }
+    if let Err(e) = loopback_up() {
+        report(rep, Stage::Loopback as u32, e);
+        // SAFETY: ends the child.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
     for (i, step) in plan.mounts.iter().enumerate() {
         if let Err(e) = run_mount_step(step) {
             report(rep, Stage::MountBase as u32 + i as u32, e);
+            // SAFETY: ends the child.
+            unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+        }
+    }
+    for (path, access) in &plan.late_rules {
+        if let Err(e) = add_rule_at(plan.landlock_ruleset, path, *access) {
+            report(rep, Stage::LandlockRule as u32, e);
             // SAFETY: ends the child.
             unsafe { libc::_exit(SETUP_FAILED_EXIT) }
         }
@@ -741,6 +761,75 @@ fn outer_main(plan: &NativePlan) -> ! {
     };
     // SAFETY: ends the outer child with the init's status.
     unsafe { libc::_exit(code) }
+}
+
+fn add_rule_at(ruleset: RawFd, path: &CStr, access: u64) -> Result<(), i32> {
+    // SAFETY: valid C string; flags are constants.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    let attr = LandlockPathBeneathAttr {
+        allowed_access: access,
+        parent_fd: fd,
+    };
+    // SAFETY: `attr` is a valid packed attribute that outlives the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const LandlockPathBeneathAttr,
+            0u32,
+        )
+    };
+    let e = errno();
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(fd) };
+    if r != 0 {
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// `struct ifreq` with the flags member of its union (40 bytes on 64-bit Linux).
+#[repr(C)]
+struct IfreqFlags {
+    name: [u8; 16],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// Bring up `lo` in the new network namespace, so servers the command starts on its own
+/// loopback (tests of a web project) work; nothing else is reachable from the namespace.
+fn loopback_up() -> Result<(), i32> {
+    // SAFETY: socket with constant arguments.
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if sock < 0 {
+        return Err(errno());
+    }
+    let mut req = IfreqFlags {
+        name: [0; 16],
+        flags: 0,
+        _pad: [0; 22],
+    };
+    req.name[..2].copy_from_slice(b"lo");
+    // SAFETY: `req` is a valid, writable ifreq for both ioctls; the socket is ours.
+    let r = unsafe {
+        if libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req as *mut IfreqFlags) != 0 {
+            -1
+        } else {
+            req.flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+            libc::ioctl(sock, libc::SIOCSIFFLAGS, &mut req as *mut IfreqFlags)
+        }
+    };
+    let e = errno();
+    // SAFETY: closing the socket opened above.
+    unsafe { libc::close(sock) };
+    if r != 0 {
+        return Err(e);
+    }
+    Ok(())
 }
 
 fn close_from(first: u32) {

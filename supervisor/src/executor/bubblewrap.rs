@@ -239,6 +239,27 @@ fn has_pids_v2(base: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// A `bwrap` command for `cmd` under `policy` reading the descriptors in `fds` (kept open
+/// across exec), with the policy's environment — no process limit, no output handling. The
+/// executor adds those; the spawn benchmark uses this alone as its "bare bwrap" baseline.
+pub fn bare_command(
+    bwrap: &Path,
+    policy: &ExecPolicy,
+    cwd: &Path,
+    cmd: &CommandSpec,
+    fds: &Fds,
+) -> Command {
+    let mut command = Command::new(bwrap);
+    command
+        .args(argv(policy, cwd, cmd, fds))
+        .env_clear()
+        .envs(policy.env.iter().map(|(k, v)| (k, v)));
+    let mut keep = fds.empty.clone();
+    keep.push(fds.seccomp);
+    sys::bwrap_pre_exec(&mut command, keep, None, None);
+    command
+}
+
 /// Runs commands under the system's bubblewrap.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BubblewrapExecutor;
@@ -262,6 +283,15 @@ impl Executor for BubblewrapExecutor {
             reason: "bwrap not found (install the bubblewrap package)".into(),
         })?;
         let cwd = super::select::checked_cwd(cmd, policy)?;
+        // bwrap reports a missing program as its own failure (exit 1); answer like a shell.
+        let program = super::select::resolve_program(&cmd.argv[0], &policy.env);
+        if !cmd.argv[0].as_bytes().contains(&b'/') && !program.is_absolute() {
+            return Ok(super::select::not_found_outcome(
+                &cmd.argv[0],
+                stdio,
+                Instant::now(),
+            ));
+        }
         let setup = |stage: &str| {
             let stage = stage.to_string();
             move |source| ExecError::Setup {

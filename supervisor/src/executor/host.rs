@@ -6,6 +6,8 @@
 //! cap, and kills the command's process group when the command ends, but it says plainly that
 //! nothing else is enforced.
 
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -37,7 +39,16 @@ impl Executor for HostExecutor {
             .split_first()
             .ok_or_else(|| ExecError::InvalidCommand("empty command".into()))?;
         let cwd = super::select::checked_cwd(cmd, policy)?;
-        let mut command = Command::new(program);
+        let resolved = super::select::resolve_program(program, &policy.env);
+        if !resolved.is_absolute() && !program.as_bytes().contains(&b'/') {
+            return Ok(super::select::not_found_outcome(
+                program,
+                stdio,
+                Instant::now(),
+            ));
+        }
+        let mut command = Command::new(&resolved);
+        command.arg0(program);
         command
             .args(args)
             .current_dir(&cwd)

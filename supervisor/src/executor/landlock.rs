@@ -21,10 +21,10 @@
 //! Landlock's network rights are not handled: the command's network namespace has no route
 //! anywhere, and handling them would forbid test servers on the sandbox's own loopback.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use garuda_policy::ExecPolicy;
@@ -136,28 +136,6 @@ fn setup_err(stage: impl Into<String>) -> impl FnOnce(std::io::Error) -> ExecErr
         stage,
         error: source,
     }
-}
-
-/// Search `PATH` (the sandbox's, from the policy environment) for `program`.
-fn resolve_program(program: &OsStr, env: &[(OsString, OsString)]) -> PathBuf {
-    if program.as_bytes().contains(&b'/') {
-        return PathBuf::from(program);
-    }
-    let path = env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
-    for dir in std::env::split_paths(&path) {
-        let candidate = dir.join(program);
-        if let Ok(meta) = std::fs::metadata(&candidate) {
-            use std::os::unix::fs::PermissionsExt;
-            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
-                return candidate;
-            }
-        }
-    }
-    PathBuf::from(program)
 }
 
 /// Mkdir steps for `target` and its missing ancestors below `/tmp` (the private tmpfs is
@@ -367,10 +345,7 @@ fn build_ruleset(policy: &ExecPolicy, abi: u32) -> Result<OwnedFd, ExecError> {
             .map_err(setup_err(format!("landlock_add_rule {}", path.display())))
     };
     rule(Path::new("/"), READ_RIGHTS)?;
-    // The private /dev and /tmp are mounted on these host directories; Landlock walks up
-    // through the mount point, so the rules on the host inodes cover the new mounts.
-    rule(Path::new("/dev"), dev_rights(abi))?;
-    rule(Path::new("/tmp"), write_rights(abi))?;
+    // The private /dev and /tmp get their rules inside the sandbox (see `late_rules`).
     for w in &policy.writable_roots {
         rule(w, write_rights(abi))?;
     }
@@ -391,7 +366,12 @@ fn cap_last_cap() -> u32 {
 }
 
 fn stage_name(code: u32, mount_names: &[String]) -> String {
-    const NAMES: [(Stage, &str); 17] = [
+    const NAMES: [(Stage, &str); 19] = [
+        (
+            Stage::LandlockRule,
+            "landlock_add_rule for the private /tmp or /dev",
+        ),
+        (Stage::Loopback, "bring up loopback"),
         (Stage::ParentGone, "parent exited"),
         (Stage::Setsid, "setsid"),
         (Stage::Stdio, "stdio"),
@@ -449,7 +429,7 @@ impl Executor for LandlockExecutor {
             });
         }
         let cwd = super::select::checked_cwd(cmd, policy)?;
-        let program = resolve_program(argv0, &policy.env);
+        let program = super::select::resolve_program(argv0, &policy.env);
         let argv_storage: Vec<CString> = cmd
             .argv
             .iter()
@@ -511,6 +491,10 @@ impl Executor for LandlockExecutor {
             mounts,
             pid_max: policy.limits.max_processes.max(2).to_string().into_bytes(),
             landlock_ruleset: ruleset.as_raw_fd(),
+            late_rules: vec![
+                (c"/dev".into(), dev_rights(abi)),
+                (c"/tmp".into(), write_rights(abi)),
+            ],
             seccomp,
             stdio: stdio_fds,
             cap_last_cap: cap_last_cap(),
@@ -584,18 +568,5 @@ mod tests {
         assert_eq!(handled_fs(5).count_ones(), 16);
         assert_eq!(handled_fs(7), handled_fs(5));
         assert_eq!(write_rights(5) & (MAKE_CHAR | MAKE_BLOCK), 0);
-    }
-
-    #[test]
-    fn program_resolution_uses_sandbox_path() {
-        let env = vec![(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))];
-        assert_eq!(
-            resolve_program(OsStr::new("sh"), &env).parent(),
-            Some(Path::new("/usr/bin"))
-        );
-        assert_eq!(
-            resolve_program(OsStr::new("./x"), &env),
-            PathBuf::from("./x")
-        );
     }
 }

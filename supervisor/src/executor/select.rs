@@ -5,8 +5,9 @@
 //! no Landlock) over `seatbelt` (macOS) over `host`. A named executor that is not available is
 //! an error: a setting never silently downgrades.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fmt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -205,6 +206,28 @@ pub fn checked_cwd(cmd: &CommandSpec, policy: &ExecPolicy) -> Result<PathBuf, Ex
     }
 }
 
+/// Search `PATH` (the sandbox's, from the policy environment) for `program`.
+pub fn resolve_program(program: &OsStr, env: &[(OsString, OsString)]) -> PathBuf {
+    if program.as_bytes().contains(&b'/') {
+        return PathBuf::from(program);
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join(program);
+        if let Ok(meta) = std::fs::metadata(&candidate) {
+            use std::os::unix::fs::PermissionsExt;
+            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+                return candidate;
+            }
+        }
+    }
+    PathBuf::from(program)
+}
+
 /// The outcome reported when the program does not exist: exit 127, like a shell.
 pub fn not_found_outcome(program: &OsStr, stdio: StdioMode, start: Instant) -> Outcome {
     exec_failure_outcome(program, libc::ENOENT, stdio, start)
@@ -233,5 +256,28 @@ pub fn exec_failure_outcome(
         stdout: Captured::default(),
         stderr,
         duration: start.elapsed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn program_resolution_uses_sandbox_path() {
+        let env = vec![(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))];
+        assert_eq!(
+            resolve_program(OsStr::new("sh"), &env).parent(),
+            Some(Path::new("/usr/bin"))
+        );
+        assert_eq!(
+            resolve_program(OsStr::new("./x"), &env),
+            PathBuf::from("./x")
+        );
+        assert_eq!(
+            resolve_program(OsStr::new("no-such-garuda-prog"), &env),
+            PathBuf::from("no-such-garuda-prog")
+        );
     }
 }

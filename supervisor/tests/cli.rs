@@ -1,0 +1,271 @@
+//! End-to-end tests of the `garuda` binary: `garuda sandbox` and `garuda doctor`.
+//!
+//! Each test makes a fake home (with a fake SSH key) and a project *outside* `/tmp` — every
+//! Linux executor gives the command a private `/tmp`, so a secret under `/tmp` would be
+//! invisible for the wrong reason — and runs the real binary with `HOME` pointing there.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nfake-key-material\n";
+
+fn garuda() -> PathBuf {
+    std::env::var_os("GARUDA_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_garuda")))
+}
+
+struct World {
+    _base: tempfile::TempDir,
+    home: PathBuf,
+    project: PathBuf,
+}
+
+/// A base folder outside /tmp that the running user owns: under the real home.
+fn world() -> World {
+    let real_home = PathBuf::from(std::env::var_os("HOME").expect("HOME"));
+    let parent = real_home.join(".cache/garuda-cli-tests");
+    std::fs::create_dir_all(&parent).unwrap();
+    let base = tempfile::tempdir_in(&parent).unwrap();
+    let home = base.path().join("home");
+    let project = base.path().join("project");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), KEY).unwrap();
+    std::fs::create_dir_all(project.join(".git")).unwrap();
+    std::fs::write(project.join("README"), "hello\n").unwrap();
+    World {
+        home,
+        project,
+        _base: base,
+    }
+}
+
+fn sandbox(w: &World, args: &[&str], cmd: &[&str]) -> Output {
+    Command::new(garuda())
+        .arg("sandbox")
+        .args(args)
+        .arg("--project")
+        .arg(&w.project)
+        .arg("--")
+        .args(cmd)
+        .current_dir(&w.project)
+        .env("HOME", &w.home)
+        .env_remove("GARUDA_HOME")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn ssh_key_unreadable_in_every_sandbox_but_printed_by_host() {
+    let w = world();
+    let cat = ["sh", "-c", "cat ~/.ssh/id_ed25519"];
+    for executor in ["auto", "landlock", "bubblewrap"] {
+        let out = sandbox(&w, &["--executor", executor], &cat);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{executor}: {err}");
+        assert!(
+            !text(&out.stdout).contains("fake-key-material"),
+            "{executor}"
+        );
+        assert!(
+            err.contains("Permission denied") || err.contains("No such file"),
+            "{executor}: {err}"
+        );
+    }
+    // Negative control: without a sandbox the same command prints the key.
+    let out = sandbox(&w, &["--executor", "host"], &cat);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), KEY);
+    assert!(text(&out.stderr).contains("host executor: commands run with your full rights"));
+}
+
+#[test]
+fn exit_code_and_streams_pass_through() {
+    let w = world();
+    for executor in ["landlock", "bubblewrap", "host"] {
+        let out = sandbox(
+            &w,
+            &["--executor", executor],
+            &["sh", "-c", "echo out; echo err >&2; exit 7"],
+        );
+        assert_eq!(out.status.code(), Some(7), "{executor}");
+        assert_eq!(text(&out.stdout), "out\n", "{executor}");
+        assert!(text(&out.stderr).ends_with("err\n"), "{executor}");
+    }
+}
+
+#[test]
+fn stdin_is_passed() {
+    let w = world();
+    for executor in ["landlock", "bubblewrap"] {
+        let mut child = Command::new(garuda())
+            .args(["sandbox", "--executor", executor, "--project"])
+            .arg(&w.project)
+            .args(["--", "tr", "a-z", "A-Z"])
+            .env("HOME", &w.home)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"garuda\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(text(&out.stdout), "GARUDA\n", "{executor}");
+    }
+}
+
+#[test]
+fn project_is_writable_home_is_not() {
+    let w = world();
+    for executor in ["landlock", "bubblewrap"] {
+        let out = sandbox(
+            &w,
+            &["--executor", executor],
+            &["sh", "-c", "echo new > made.txt && touch ~/evil"],
+        );
+        assert_eq!(out.status.code(), Some(1), "{executor}");
+        assert!(
+            text(&out.stderr).contains("Read-only file system"),
+            "{executor}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(w.project.join("made.txt")).unwrap(),
+            "new\n"
+        );
+        assert!(!w.home.join("evil").exists(), "{executor}");
+        std::fs::remove_file(w.project.join("made.txt")).unwrap();
+    }
+}
+
+#[test]
+fn missing_program_is_127_not_a_setup_failure() {
+    let w = world();
+    for executor in ["landlock", "bubblewrap", "host"] {
+        let out = sandbox(&w, &["--executor", executor], &["no-such-program-garuda"]);
+        assert_eq!(
+            out.status.code(),
+            Some(127),
+            "{executor}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn broken_project_settings_stop_with_125_and_the_place() {
+    let w = world();
+    std::fs::create_dir_all(w.project.join(".garuda")).unwrap();
+    std::fs::write(
+        w.project.join(".garuda/settings.json"),
+        "{\n  \"executor\": \"landlock\",\n  \"surprise\": 1\n}\n",
+    )
+    .unwrap();
+    let marker = w.project.join("ran");
+    let out = sandbox(&w, &[], &["touch", marker.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = text(&out.stderr);
+    assert!(err.contains("settings.json"), "{err}");
+    assert!(err.contains(":3:"), "line number missing: {err}");
+    assert!(err.contains("surprise"), "{err}");
+    assert!(
+        !marker.exists(),
+        "the command must not run when the policy is broken"
+    );
+}
+
+#[test]
+fn project_cannot_select_the_host_executor() {
+    let w = world();
+    std::fs::create_dir_all(w.project.join(".garuda")).unwrap();
+    std::fs::write(
+        w.project.join(".garuda/settings.json"),
+        "{\"executor\": \"host\"}",
+    )
+    .unwrap();
+    let out = sandbox(&w, &[], &["true"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+}
+
+#[test]
+fn capture_mode_caps_output_with_a_marker() {
+    let w = world();
+    for executor in ["landlock", "bubblewrap", "host"] {
+        let out = sandbox(
+            &w,
+            &["--executor", executor, "--capture"],
+            &["head", "-c", "3000000", "/dev/zero"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{executor}");
+        let kept = 256 * 1024;
+        assert!(
+            out.stdout.len() < kept + 200,
+            "{executor}: {}",
+            out.stdout.len()
+        );
+        assert!(
+            text(&out.stdout[kept..]).contains("output truncated: 2737856 more bytes"),
+            "{executor}"
+        );
+    }
+}
+
+#[test]
+fn timeout_kills_the_command() {
+    let w = world();
+    for executor in ["landlock", "bubblewrap"] {
+        let start = std::time::Instant::now();
+        let out = sandbox(
+            &w,
+            &["--executor", executor, "--timeout", "1"],
+            &["sleep", "30"],
+        );
+        assert_eq!(out.status.code(), Some(124), "{executor}");
+        assert!(start.elapsed().as_secs() < 10, "{executor}");
+    }
+}
+
+#[test]
+fn doctor_reports_both_linux_executors_and_the_landlock_abi() {
+    let out = Command::new(garuda())
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let available = |kind: &str| {
+        v["executors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["kind"] == kind && p["available"] == true)
+    };
+    assert!(available("landlock"), "{v}");
+    assert!(available("bubblewrap"), "{v}");
+    assert!(v["landlock_abi"].as_u64().unwrap() >= 3, "{v}");
+    assert_eq!(v["auto"], "landlock");
+    let human = Command::new(garuda()).arg("doctor").output().unwrap();
+    assert!(text(&human.stdout).contains("Landlock ABI"));
+}
+
+#[test]
+fn project_defaults_to_the_git_root() {
+    let w = world();
+    let sub = w.project.join("src/deep");
+    std::fs::create_dir_all(&sub).unwrap();
+    let out = Command::new(garuda())
+        .args(["sandbox", "--", "sh", "-c", "pwd; echo x > ../../at-root"])
+        .current_dir(&sub)
+        .env("HOME", &w.home)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        sub.canonicalize().unwrap().to_str().unwrap()
+    );
+    assert!(Path::new(&w.project.join("at-root")).exists());
+}
