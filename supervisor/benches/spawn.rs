@@ -10,6 +10,8 @@
 //! The policy is the real one for a temporary project and the current user (about a dozen
 //! mounts: caches, protected git paths, secrets).
 
+#![allow(clippy::expect_used)] // benchmark code: a panic aborts the run
+
 use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::{Duration, Instant};

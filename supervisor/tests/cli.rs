@@ -4,6 +4,8 @@
 //! Linux executor gives the command a private `/tmp`, so a secret under `/tmp` would be
 //! invisible for the wrong reason — and runs the real binary with `HOME` pointing there.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -1,2 +1,546 @@
-//! The probe program the contract suite runs inside each sandbox.
-fn main() {}
+//! `garuda-probe`: the program the executor contract suite runs inside each sandbox.
+//!
+//! Every subcommand attempts exactly one thing and prints one line: `ok`, or `errno=NAME` with
+//! the error of the first step that failed (`errno=EPERM`, `errno=EROFS`, …). It exits 0 either
+//! way, so a probe that did not run at all (exit 127, "not found") can never look like a pass;
+//! bad usage exits 2. A few subcommands report a measurement instead (`status`, `procs`,
+//! `env`, `forkbomb`, `spam`).
+//!
+//! Where the real call would be dangerous on the host, the probe passes a bad argument that
+//! the kernel rejects with a harmless, specific error (`EBADF`, `EINVAL`, `EFAULT`, `ESRCH`):
+//! the host executor then shows that error, while seccomp answers `EPERM` before the kernel
+//! ever looks at the arguments. That tells the filter apart from the kernel.
+#![allow(unsafe_code)] // raw system calls through `libc`, each block with a SAFETY note
+
+use std::ffi::{CString, OsString};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::process::ExitCode;
+
+/// The errno names the suite asserts on; anything else prints as a number.
+const ERRNO_NAMES: &[(i32, &str)] = &[
+    (libc::EPERM, "EPERM"),
+    (libc::ENOENT, "ENOENT"),
+    (libc::ESRCH, "ESRCH"),
+    (libc::EINTR, "EINTR"),
+    (libc::EIO, "EIO"),
+    (libc::ENXIO, "ENXIO"),
+    (libc::E2BIG, "E2BIG"),
+    (libc::EBADF, "EBADF"),
+    (libc::ECHILD, "ECHILD"),
+    (libc::EAGAIN, "EAGAIN"),
+    (libc::ENOMEM, "ENOMEM"),
+    (libc::EACCES, "EACCES"),
+    (libc::EFAULT, "EFAULT"),
+    (libc::EBUSY, "EBUSY"),
+    (libc::EEXIST, "EEXIST"),
+    (libc::EXDEV, "EXDEV"),
+    (libc::ENODEV, "ENODEV"),
+    (libc::ENOTDIR, "ENOTDIR"),
+    (libc::EISDIR, "EISDIR"),
+    (libc::EINVAL, "EINVAL"),
+    (libc::ENFILE, "ENFILE"),
+    (libc::EMFILE, "EMFILE"),
+    (libc::ENOTTY, "ENOTTY"),
+    (libc::ENOSPC, "ENOSPC"),
+    (libc::EROFS, "EROFS"),
+    (libc::EPIPE, "EPIPE"),
+    (libc::ENOSYS, "ENOSYS"),
+    (libc::ENOTSUP, "EOPNOTSUPP"),
+    (libc::EAFNOSUPPORT, "EAFNOSUPPORT"),
+    (libc::EADDRNOTAVAIL, "EADDRNOTAVAIL"),
+    (libc::ENETDOWN, "ENETDOWN"),
+    (libc::ENETUNREACH, "ENETUNREACH"),
+    (libc::ECONNREFUSED, "ECONNREFUSED"),
+    (libc::ETIMEDOUT, "ETIMEDOUT"),
+    (libc::EHOSTUNREACH, "EHOSTUNREACH"),
+    (libc::ENODATA, "ENODATA"),
+];
+
+fn errno_name(e: i32) -> String {
+    ERRNO_NAMES
+        .iter()
+        .find(|(n, _)| *n == e)
+        .map_or_else(|| e.to_string(), |(_, name)| (*name).to_string())
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// The one line a probe prints: `ok` for a non-negative return, else `errno=NAME`.
+fn outcome(ret: libc::c_long) -> String {
+    if ret < 0 {
+        format!("errno={}", errno_name(last_errno()))
+    } else {
+        "ok".to_string()
+    }
+}
+
+fn cstr(arg: &OsString) -> Result<CString, String> {
+    CString::new(arg.as_bytes()).map_err(|_| "argument contains a NUL byte".to_string())
+}
+
+fn close(fd: libc::c_long) {
+    if fd >= 0 {
+        // SAFETY: closing a descriptor this process opened; no memory is involved.
+        unsafe { libc::close(fd as libc::c_int) };
+    }
+}
+
+/// Run `step`; if it returned a descriptor, close it. The line is `outcome(step)`.
+fn one_fd(ret: libc::c_long) -> String {
+    let line = outcome(ret);
+    close(ret);
+    line
+}
+
+fn open(path: &CString, flags: libc::c_int) -> libc::c_long {
+    // SAFETY: `path` is a valid NUL-terminated string; the mode is a constant.
+    libc::c_long::from(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, 0o644) })
+}
+
+fn read_file(path: &CString) -> String {
+    let fd = open(path, libc::O_RDONLY);
+    if fd < 0 {
+        return outcome(fd);
+    }
+    let mut byte = [0u8; 1];
+    // SAFETY: `byte` is a valid one-byte buffer; `fd` is open.
+    let n = unsafe { libc::read(fd as libc::c_int, byte.as_mut_ptr().cast(), 1) };
+    let line = outcome(n as libc::c_long);
+    close(fd);
+    line
+}
+
+fn write_fd(fd: libc::c_long) -> String {
+    if fd < 0 {
+        return outcome(fd);
+    }
+    let data = b"garuda-probe\n";
+    // SAFETY: `data` is a valid buffer of the given length; `fd` is open.
+    let n = unsafe { libc::write(fd as libc::c_int, data.as_ptr().cast(), data.len()) };
+    let line = outcome(n as libc::c_long);
+    close(fd);
+    line
+}
+
+fn parse_addr(arg: &OsString) -> Result<std::net::SocketAddrV4, String> {
+    arg.to_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("not an IPv4 ADDR:PORT: {arg:?}"))
+}
+
+fn sockaddr(addr: std::net::SocketAddrV4) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: addr.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*addr.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+fn inet_socket(kind: libc::c_int, addr: std::net::SocketAddrV4, connect: bool) -> String {
+    // SAFETY: socket takes integers only.
+    let fd = unsafe { libc::socket(libc::AF_INET, kind | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return outcome(-1);
+    }
+    let sa = sockaddr(addr);
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let ret = if connect {
+        // SAFETY: `sa` is a valid sockaddr_in of `len` bytes that outlives the call.
+        unsafe { libc::connect(fd, (&sa as *const libc::sockaddr_in).cast(), len) }
+    } else {
+        let data = b"garuda-probe";
+        // SAFETY: `data` and `sa` are valid for the given lengths.
+        unsafe {
+            libc::sendto(
+                fd,
+                data.as_ptr().cast(),
+                data.len(),
+                0,
+                (&sa as *const libc::sockaddr_in).cast(),
+                len,
+            ) as libc::c_int
+        }
+    };
+    let line = outcome(libc::c_long::from(ret));
+    close(libc::c_long::from(fd));
+    line
+}
+
+/// `NoNewPrivs=… CapEff=… Seccomp=…` from `/proc/self/status`.
+fn status() -> Result<String, String> {
+    let text = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| format!("reading /proc/self/status: {e}"))?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map_or("missing", str::trim)
+            .to_string()
+    };
+    Ok(format!(
+        "NoNewPrivs={} CapEff={} Seccomp={}",
+        field("NoNewPrivs"),
+        field("CapEff"),
+        field("Seccomp")
+    ))
+}
+
+fn procs() -> Result<String, String> {
+    let entries = std::fs::read_dir("/proc").map_err(|e| format!("listing /proc: {e}"))?;
+    let count = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().as_bytes().iter().all(u8::is_ascii_digit))
+        .count();
+    Ok(format!("count={count}"))
+}
+
+/// Fork children that wait in `pause()` until `fork` fails or `n` exist; report, then kill
+/// them all.
+fn forkbomb(n: usize) -> String {
+    let mut children: Vec<libc::pid_t> = Vec::with_capacity(n);
+    let mut failure = None;
+    while children.len() < n {
+        // SAFETY: the child only calls async-signal-safe functions (prctl, pause, _exit).
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            failure = Some(last_errno());
+            break;
+        }
+        if pid == 0 {
+            // SAFETY: prctl, pause and _exit with integer arguments; the child dies with the
+            // probe even if the probe is killed before it cleans up.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        children.push(pid);
+    }
+    for &pid in &children {
+        // SAFETY: kill and waitpid on our own children; `status` is not needed.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    }
+    format!(
+        "count={} errno={}",
+        children.len(),
+        failure.map_or_else(|| "none".to_string(), errno_name)
+    )
+}
+
+fn spam(total: u64) -> Result<Option<String>, String> {
+    let chunk = [b'x'; 64 * 1024];
+    let mut out = std::io::stdout().lock();
+    let mut left = total;
+    while left > 0 {
+        let n = usize::try_from(left.min(chunk.len() as u64)).unwrap_or(chunk.len());
+        // A reader that went away ends the probe quietly: that is the reader's choice.
+        if out.write_all(&chunk[..n]).is_err() {
+            return Ok(None);
+        }
+        left -= n as u64;
+    }
+    let _ = out.flush();
+    Ok(None)
+}
+
+fn number<T: std::str::FromStr>(arg: &OsString) -> Result<T, String> {
+    arg.to_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("not a number: {arg:?}"))
+}
+
+const USAGE: &str = "usage: garuda-probe SUBCOMMAND [ARGS]
+  read|write|append|chmod|utimes|setxattr PATH
+  symlink-write TARGET LINK    hardlink SRC DST
+  tcp-connect ADDR:PORT        udp-send ADDR:PORT
+  tiocsti | ptrace-parent | ptrace-bogus | process-vm-readv | io-uring | unshare-user
+  vsock | userfaultfd | perf-event-open | bpf | keyctl
+  fsopen | open-tree | mount-setattr | move-mount
+  status | procs | env | forkbomb N | spam BYTES";
+
+/// Run one subcommand; `Ok(Some(line))` is printed, `Err` is bad usage.
+fn run(args: &[OsString]) -> Result<Option<String>, String> {
+    let sub = args
+        .first()
+        .and_then(|s| s.to_str())
+        .ok_or("missing subcommand")?;
+    let rest = &args[1..];
+    let arg = |i: usize| rest.get(i).ok_or_else(|| format!("{sub}: missing argument"));
+    let expect_args = |n: usize| {
+        if rest.len() == n {
+            Ok(())
+        } else {
+            Err(format!("{sub}: expected {n} argument(s)"))
+        }
+    };
+    let line = match sub {
+        "read" => {
+            expect_args(1)?;
+            read_file(&cstr(arg(0)?)?)
+        }
+        "write" => {
+            expect_args(1)?;
+            write_fd(open(
+                &cstr(arg(0)?)?,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            ))
+        }
+        "append" => {
+            expect_args(1)?;
+            write_fd(open(&cstr(arg(0)?)?, libc::O_WRONLY | libc::O_APPEND))
+        }
+        "chmod" => {
+            expect_args(1)?;
+            let p = cstr(arg(0)?)?;
+            // SAFETY: valid C string.
+            outcome(libc::c_long::from(unsafe { libc::chmod(p.as_ptr(), 0o600) }))
+        }
+        "utimes" => {
+            // Like `touch -d @0`: set both times to the epoch.
+            expect_args(1)?;
+            let p = cstr(arg(0)?)?;
+            let times = [libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            }; 2];
+            // SAFETY: valid C string and a two-element timespec array.
+            outcome(libc::c_long::from(unsafe {
+                libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), 0)
+            }))
+        }
+        "setxattr" => {
+            expect_args(1)?;
+            let p = cstr(arg(0)?)?;
+            // SAFETY: valid C strings and a one-byte value.
+            outcome(libc::c_long::from(unsafe {
+                libc::setxattr(p.as_ptr(), c"user.x".as_ptr(), b"1".as_ptr().cast(), 1, 0)
+            }))
+        }
+        "symlink-write" => {
+            // Plant a link (in a writable place) to a file elsewhere, then write through it.
+            expect_args(2)?;
+            let (target, link) = (cstr(arg(0)?)?, cstr(arg(1)?)?);
+            // SAFETY: valid C strings.
+            let r = unsafe { libc::symlink(target.as_ptr(), link.as_ptr()) };
+            if r < 0 {
+                outcome(-1)
+            } else {
+                write_fd(open(&link, libc::O_WRONLY | libc::O_APPEND))
+            }
+        }
+        "hardlink" => {
+            expect_args(2)?;
+            let (src, dst) = (cstr(arg(0)?)?, cstr(arg(1)?)?);
+            // SAFETY: valid C strings.
+            outcome(libc::c_long::from(unsafe {
+                libc::link(src.as_ptr(), dst.as_ptr())
+            }))
+        }
+        "tcp-connect" => {
+            expect_args(1)?;
+            inet_socket(libc::SOCK_STREAM, parse_addr(arg(0)?)?, true)
+        }
+        "udp-send" => {
+            expect_args(1)?;
+            inet_socket(libc::SOCK_DGRAM, parse_addr(arg(0)?)?, false)
+        }
+        "tiocsti" => {
+            // fd -1: the host kernel answers EBADF; the filter answers EPERM first.
+            expect_args(0)?;
+            let c: libc::c_char = b'x' as libc::c_char;
+            // SAFETY: `c` is a valid byte for the (never reached) injection.
+            outcome(libc::c_long::from(unsafe {
+                libc::ioctl(-1, libc::TIOCSTI, &c as *const libc::c_char)
+            }))
+        }
+        "ptrace-parent" => {
+            // Attach without stopping (SEIZE); the attachment ends when the probe exits.
+            expect_args(0)?;
+            // SAFETY: getppid cannot fail; ptrace with integer arguments.
+            outcome(unsafe {
+                libc::ptrace(libc::PTRACE_SEIZE, libc::getppid(), 0usize, 0usize)
+            })
+        }
+        "ptrace-bogus" => {
+            // A pid that cannot exist: ESRCH from the host kernel, EPERM from the filter.
+            expect_args(0)?;
+            // SAFETY: ptrace with integer arguments.
+            outcome(unsafe { libc::ptrace(libc::PTRACE_SEIZE, 0x7fff_ffff, 0usize, 0usize) })
+        }
+        "process-vm-readv" => {
+            // Unknown flags: EINVAL from the host kernel before any memory is touched.
+            expect_args(0)?;
+            // SAFETY: no iovecs are passed; the kernel rejects the flags first.
+            outcome(unsafe {
+                libc::syscall(
+                    libc::SYS_process_vm_readv,
+                    libc::getppid(),
+                    std::ptr::null::<libc::iovec>(),
+                    0usize,
+                    std::ptr::null::<libc::iovec>(),
+                    0usize,
+                    1usize,
+                )
+            })
+        }
+        "io-uring" => {
+            // 0 entries and no params: EFAULT/EINVAL from the host kernel.
+            expect_args(0)?;
+            // SAFETY: a NULL params pointer is rejected by the kernel, never dereferenced here.
+            one_fd(unsafe {
+                libc::syscall(libc::SYS_io_uring_setup, 0u32, std::ptr::null::<u8>())
+            })
+        }
+        "unshare-user" => {
+            // What `unshare -Ur` starts with. On the host it only affects this probe process.
+            expect_args(0)?;
+            // SAFETY: unshare takes flags only.
+            outcome(libc::c_long::from(unsafe {
+                libc::unshare(libc::CLONE_NEWUSER)
+            }))
+        }
+        "vsock" => {
+            expect_args(0)?;
+            // SAFETY: socket takes integers only.
+            one_fd(libc::c_long::from(unsafe {
+                libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
+            }))
+        }
+        "userfaultfd" => {
+            // UFFD_USER_MODE_ONLY (1) is allowed to every user on the host.
+            expect_args(0)?;
+            // SAFETY: userfaultfd takes flags only; the descriptor is closed.
+            one_fd(unsafe { libc::syscall(libc::SYS_userfaultfd, 1 | libc::O_CLOEXEC) })
+        }
+        "perf-event-open" => {
+            // NULL attributes: EFAULT from the host kernel.
+            expect_args(0)?;
+            // SAFETY: the NULL attribute pointer is rejected by the kernel.
+            one_fd(unsafe {
+                libc::syscall(
+                    libc::SYS_perf_event_open,
+                    std::ptr::null::<u8>(),
+                    0,
+                    -1,
+                    -1,
+                    0usize,
+                )
+            })
+        }
+        "bpf" => {
+            // An unknown command with no attributes: EINVAL from the host kernel.
+            expect_args(0)?;
+            // SAFETY: size 0, so the kernel reads nothing through the NULL pointer.
+            one_fd(unsafe {
+                libc::syscall(libc::SYS_bpf, 0xffffi32, std::ptr::null::<u8>(), 0u32)
+            })
+        }
+        "keyctl" => {
+            // An unknown operation: EOPNOTSUPP from the host kernel.
+            expect_args(0)?;
+            // SAFETY: keyctl with integer arguments.
+            outcome(unsafe { libc::syscall(libc::SYS_keyctl, 0x7fff_ffffi32, 0, 0, 0, 0) })
+        }
+        "fsopen" => {
+            // A tmpfs context: harmless (nothing is mounted) but needs CAP_SYS_ADMIN.
+            expect_args(0)?;
+            // SAFETY: valid C string; the descriptor is closed.
+            one_fd(unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), 0u32) })
+        }
+        "open-tree" => {
+            // Without OPEN_TREE_CLONE this is an O_PATH open any user may make on the host.
+            expect_args(0)?;
+            // SAFETY: valid C string; the descriptor is closed.
+            one_fd(unsafe {
+                libc::syscall(
+                    libc::SYS_open_tree,
+                    libc::AT_FDCWD,
+                    c"/".as_ptr(),
+                    libc::O_CLOEXEC as u32,
+                )
+            })
+        }
+        "mount-setattr" => {
+            // Unknown flags: EINVAL from the host kernel before any privilege check.
+            expect_args(0)?;
+            // SAFETY: the kernel rejects the flags before reading either pointer.
+            outcome(unsafe {
+                libc::syscall(
+                    libc::SYS_mount_setattr,
+                    -1,
+                    std::ptr::null::<libc::c_char>(),
+                    0xffff_ffffu32,
+                    std::ptr::null::<u8>(),
+                    0usize,
+                )
+            })
+        }
+        "move-mount" => {
+            // Empty paths from fd -1: nothing to move (ENOENT/EBADF for root on the host).
+            expect_args(0)?;
+            // SAFETY: valid (empty) C strings.
+            outcome(unsafe {
+                libc::syscall(
+                    libc::SYS_move_mount,
+                    -1,
+                    c"".as_ptr(),
+                    -1,
+                    c"".as_ptr(),
+                    0u32,
+                )
+            })
+        }
+        "status" => {
+            expect_args(0)?;
+            status()?
+        }
+        "procs" => {
+            expect_args(0)?;
+            procs()?
+        }
+        "env" => {
+            expect_args(0)?;
+            std::env::vars_os()
+                .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+        "forkbomb" => {
+            expect_args(1)?;
+            forkbomb(number(arg(0)?)?)
+        }
+        "spam" => {
+            expect_args(1)?;
+            return spam(number(arg(0)?)?);
+        }
+        other => return Err(format!("unknown subcommand {other:?}")),
+    };
+    Ok(Some(line))
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    match run(&args) {
+        Ok(Some(line)) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Ok(None) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("garuda-probe: {msg}\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
