@@ -277,7 +277,10 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
         .and_then(|s| s.to_str())
         .ok_or("missing subcommand")?;
     let rest = &args[1..];
-    let arg = |i: usize| rest.get(i).ok_or_else(|| format!("{sub}: missing argument"));
+    let arg = |i: usize| {
+        rest.get(i)
+            .ok_or_else(|| format!("{sub}: missing argument"))
+    };
     let expect_args = |n: usize| {
         if rest.len() == n {
             Ok(())
@@ -305,7 +308,9 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
             expect_args(1)?;
             let p = cstr(arg(0)?)?;
             // SAFETY: valid C string.
-            outcome(libc::c_long::from(unsafe { libc::chmod(p.as_ptr(), 0o600) }))
+            outcome(libc::c_long::from(unsafe {
+                libc::chmod(p.as_ptr(), 0o600)
+            }))
         }
         "utimes" => {
             // Like `touch -d @0`: set both times to the epoch.
@@ -369,9 +374,7 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
             // Attach without stopping (SEIZE); the attachment ends when the probe exits.
             expect_args(0)?;
             // SAFETY: getppid cannot fail; ptrace with integer arguments.
-            outcome(unsafe {
-                libc::ptrace(libc::PTRACE_SEIZE, libc::getppid(), 0usize, 0usize)
-            })
+            outcome(unsafe { libc::ptrace(libc::PTRACE_SEIZE, libc::getppid(), 0usize, 0usize) })
         }
         "ptrace-bogus" => {
             // A pid that cannot exist: ESRCH from the host kernel, EPERM from the filter.
@@ -399,9 +402,7 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
             // 0 entries and no params: EFAULT/EINVAL from the host kernel.
             expect_args(0)?;
             // SAFETY: a NULL params pointer is rejected by the kernel, never dereferenced here.
-            one_fd(unsafe {
-                libc::syscall(libc::SYS_io_uring_setup, 0u32, std::ptr::null::<u8>())
-            })
+            one_fd(unsafe { libc::syscall(libc::SYS_io_uring_setup, 0u32, std::ptr::null::<u8>()) })
         }
         "unshare-user" => {
             // What `unshare -Ur` starts with. On the host it only affects this probe process.
@@ -443,9 +444,7 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
             // An unknown command with no attributes: EINVAL from the host kernel.
             expect_args(0)?;
             // SAFETY: size 0, so the kernel reads nothing through the NULL pointer.
-            one_fd(unsafe {
-                libc::syscall(libc::SYS_bpf, 0xffffi32, std::ptr::null::<u8>(), 0u32)
-            })
+            one_fd(unsafe { libc::syscall(libc::SYS_bpf, 0xffffi32, std::ptr::null::<u8>(), 0u32) })
         }
         "keyctl" => {
             // An unknown operation: EOPNOTSUPP from the host kernel.
