@@ -56,6 +56,9 @@ pub fn build_exec_policy(
     for secret in HOME_SECRETS {
         unreadable.extend(canonical_if_exists(&home.join(secret.path))?);
     }
+    for secret in &host.system_secrets {
+        unreadable.extend(canonical_if_exists(secret)?);
+    }
     unreadable.push(garuda_home(host)?);
     unreadable.extend(ssh_agent_socket(host)?);
     for (path, _) in &settings.extra_unreadable {
@@ -429,6 +432,7 @@ mod tests {
         assert_eq!(
             policy.read_only_paths,
             [
+                fx.project(".git"),
                 main.join(".git/config"),
                 main.join(".git/hooks"),
                 private.join("config.worktree"),
@@ -461,7 +465,8 @@ mod tests {
             format!("gitdir: {}", main.join(".git").display()).as_bytes(),
         );
         let policy = fx.build().unwrap();
-        assert!(policy.read_only_paths.is_empty());
+        // Only the pointer file, which lies in the project.
+        assert_eq!(policy.read_only_paths, [fx.project(".git")]);
         assert!(
             !main.join(".git/hooks").exists(),
             "nothing created outside writable roots"

@@ -18,12 +18,22 @@ pub struct HostEnv {
     pub xdg_runtime_dir: Option<PathBuf>,
     /// The supervisor's whole environment; the command gets only the allowed part of it.
     pub vars: Vec<(OsString, OsString)>,
+    /// Existing machine secrets outside the home directory (`/etc/shadow`, SSH host keys):
+    /// filled by [`HostEnv::from_process`] from [`crate::sensitive::SYSTEM_SECRETS`]; empty
+    /// for a host built by hand.
+    pub system_secrets: Vec<PathBuf>,
 }
 
 impl HostEnv {
     /// Captures the current process's environment (see [`HostEnv::from_vars`]).
     pub fn from_process() -> Result<HostEnv, PolicyError> {
-        HostEnv::from_vars(std::env::vars_os().collect())
+        let mut host = HostEnv::from_vars(std::env::vars_os().collect())?;
+        host.system_secrets = crate::sensitive::SYSTEM_SECRETS
+            .iter()
+            .map(|(path, _)| PathBuf::from(path))
+            .filter(|p| p.symlink_metadata().is_ok())
+            .collect();
+        Ok(host)
     }
 
     /// Builds a host description from an environment: `HOME` must be set and absolute;
@@ -53,6 +63,7 @@ impl HostEnv {
             garuda_home,
             xdg_runtime_dir,
             vars,
+            system_secrets: Vec::new(),
         })
     }
 

@@ -66,6 +66,24 @@ pub const HOME_SECRETS: &[HomeEntry] = &[
     entry(".pgpass", "PostgreSQL passwords"),
 ];
 
+/// Secrets of the machine itself, outside any home directory. They matter when Garuda runs as
+/// root: inside the sandbox root is still the owner of these files. Only those that exist are
+/// put in the policy (through [`crate::HostEnv::from_process`]).
+pub const SYSTEM_SECRETS: &[(&str, &str)] = &[
+    ("/etc/shadow", "password hashes"),
+    ("/etc/shadow-", "password hashes (backup)"),
+    ("/etc/gshadow", "group password hashes"),
+    ("/etc/gshadow-", "group password hashes (backup)"),
+    ("/etc/ssh/ssh_host_rsa_key", "the machine's SSH host key"),
+    ("/etc/ssh/ssh_host_ecdsa_key", "the machine's SSH host key"),
+    (
+        "/etc/ssh/ssh_host_ed25519_key",
+        "the machine's SSH host key",
+    ),
+    ("/etc/ssh/ssh_host_dsa_key", "the machine's SSH host key"),
+    ("/etc/sudoers.d", "may hold credentials for automation"),
+];
+
 /// Package caches under the home directory that commands may write, so that builds work
 /// inside the sandbox. Only those that exist are put in the policy.
 pub const PACKAGE_CACHES: &[HomeEntry] = &[

@@ -157,6 +157,9 @@ impl Walker<'_> {
             });
         };
         let gitdir = resolve_pointer(file, parent, gitdir)?;
+        // The pointer itself: rewritten, it would send the host's git to a repository (and
+        // hooks) the command made.
+        self.protect(file.to_path_buf());
         let commondir_file = gitdir.join("commondir");
         if canonical_if_present(&commondir_file)?.is_none() {
             // A submodule's own repository: hooks and config live here.

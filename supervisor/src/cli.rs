@@ -119,6 +119,32 @@ pub fn main() -> i32 {
     }
 }
 
+/// A project file may require a sandbox, never a weaker one than `auto` would pick here: a
+/// cloned repository must not be able to trade Landlock for a lesser executor.
+fn refuse_weaker_project_executor(choice: ExecutorChoice, file: &Path) -> Result<()> {
+    let named = match choice {
+        ExecutorChoice::Auto => return Ok(()),
+        ExecutorChoice::Landlock => ExecutorKind::Landlock,
+        ExecutorChoice::Bubblewrap => ExecutorKind::Bubblewrap,
+        ExecutorChoice::Seatbelt => ExecutorKind::Seatbelt,
+        ExecutorChoice::Host => ExecutorKind::Host,
+    };
+    let rank = |k: ExecutorKind| ExecutorKind::ALL.iter().position(|x| *x == k);
+    let strongest = executor::probe_executors()
+        .into_iter()
+        .find(|p| p.available);
+    if let Some(best) = strongest {
+        if rank(named) > rank(best.kind) {
+            bail!(
+                "{} asks for executor {named}, weaker than {} which this machine has; a project file can only tighten the sandbox",
+                file.display(),
+                best.kind
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The git root above `start` (the nearest folder holding `.git`), else `start` itself.
 pub fn project_root_from(start: &Path) -> PathBuf {
     start
@@ -161,6 +187,11 @@ fn sandbox(
             flag
         }
     };
+    if let Some(origin) = &settings.executor_origin {
+        if origin.kind == SourceKind::Project && executor_flag.is_none() {
+            refuse_weaker_project_executor(settings.executor, &origin.path)?;
+        }
+    }
     let mut policy = garuda_policy::build_exec_policy(&project, &settings, &host)?;
     if let Some(secs) = timeout {
         policy.limits.timeout = Some(Duration::from_secs(secs));

@@ -1193,6 +1193,17 @@ pub fn bwrap_pre_exec(
 ) {
     use std::os::unix::process::CommandExt;
     let hook = move || -> io::Result<()> {
+        // No descriptor the supervisor inherited or opened reaches bwrap (and so the command)
+        // except the ones bwrap must read.
+        // SAFETY: close_range with integer arguments.
+        cvt(unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            )
+        })?;
         for fd in &keep {
             clear_cloexec(*fd)?;
         }
@@ -1209,8 +1220,8 @@ pub fn bwrap_pre_exec(
         }
         Ok(())
     };
-    // SAFETY: the hook runs between fork and exec and only calls fcntl, setrlimit, open, write
-    // and close on data captured before the fork; it allocates nothing.
+    // SAFETY: the hook runs between fork and exec and only calls close_range, fcntl, setrlimit,
+    // open, write and close on data captured before the fork; it allocates nothing.
     unsafe { cmd.pre_exec(hook) };
 }
 

@@ -271,3 +271,88 @@ fn project_defaults_to_the_git_root() {
     );
     assert!(Path::new(&w.project.join("at-root")).exists());
 }
+
+#[test]
+fn machine_secrets_are_unreadable_even_for_root() {
+    // As another user the file permissions already refuse /etc/shadow on the host.
+    if std::fs::read("/etc/shadow").is_err() {
+        return;
+    }
+    let w = world();
+    for executor in ["landlock", "bubblewrap"] {
+        let out = sandbox(&w, &["--executor", executor], &["cat", "/etc/shadow"]);
+        assert_eq!(out.status.code(), Some(1), "{executor}");
+        assert!(out.stdout.is_empty(), "{executor}");
+        assert!(
+            text(&out.stderr).contains("Permission denied"),
+            "{executor}"
+        );
+    }
+    // Negative control: the host executor, run by root, reads it.
+    let out = sandbox(&w, &["--executor", "host"], &["cat", "/etc/shadow"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("root:"));
+}
+
+#[test]
+fn a_project_cannot_pick_a_weaker_sandbox_than_auto() {
+    let w = world();
+    std::fs::create_dir_all(w.project.join(".garuda")).unwrap();
+    let settings = w.project.join(".garuda/settings.json");
+    std::fs::write(&settings, "{\"executor\": \"bubblewrap\"}").unwrap();
+    let out = sandbox(&w, &[], &["true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("weaker than landlock"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Naming the strongest one is fine (it only removes the fallback).
+    std::fs::write(&settings, "{\"executor\": \"landlock\"}").unwrap();
+    let out = sandbox(&w, &[], &["true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn inherited_descriptors_do_not_reach_the_command() {
+    let w = world();
+    let outside = w.home.join("outside.txt");
+    // The shell opens fd 7 without close-on-exec and runs garuda with it; the command then
+    // tries to write through it.
+    let script = format!(
+        "exec 7>>'{}'; exec \"$0\" sandbox --executor \"$1\" --project \"$2\" -- sh -c 'echo leaked >&7'",
+        outside.display()
+    );
+    for executor in ["landlock", "bubblewrap"] {
+        let out = Command::new("/bin/sh")
+            .args(["-c", &script])
+            .arg(garuda())
+            .arg(executor)
+            .arg(&w.project)
+            .env("HOME", &w.home)
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0), "{executor}");
+        assert!(
+            text(&out.stderr).contains("Bad file descriptor"),
+            "{executor}: {}",
+            text(&out.stderr)
+        );
+        assert!(!std::fs::read_to_string(&outside)
+            .unwrap_or_default()
+            .contains("leaked"));
+    }
+    // Negative control: the host executor passes the descriptor on.
+    let out = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .arg(garuda())
+        .arg("host")
+        .arg(&w.project)
+        .env("HOME", &w.home)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(std::fs::read_to_string(&outside)
+        .unwrap()
+        .contains("leaked"));
+}

@@ -528,6 +528,39 @@ fn cases(fx: &Fixture, kind: ExecutorKind) -> Vec<Case> {
         );
     }
 
+    // Replacing git metadata instead of writing it: renaming `.git` (or a folder above it)
+    // away and putting a fresh copy with writable hooks in its place. Every folder between the
+    // project root and a read-only path is a mount point in the sandbox, which cannot be
+    // renamed (EBUSY). The `.git` pointer file of a worktree is itself read-only.
+    add(
+        "git-dir-rename",
+        probe_argv(&[
+            &"rename",
+            &proj("renameme/.git"),
+            &proj("renameme/.git-old"),
+        ]),
+        errno("EBUSY"),
+        Some(exists(proj("renameme/.git-old"))),
+        iso(ok()),
+    );
+    add(
+        "git-ancestor-rename",
+        probe_argv(&[&"rename", &proj("moveme"), &proj("moveme-old")]),
+        errno("EBUSY"),
+        Some(exists(proj("moveme-old"))),
+        iso(ok()),
+    );
+    add(
+        "gitfile-rewrite",
+        probe_argv(&[&"append", &proj("wt2/.git")]),
+        errno("EROFS"),
+        Some({
+            let p = proj("wt2/.git");
+            Box::new(move || std::fs::read_to_string(&p).is_ok_and(|c| c.contains("probe")))
+        }),
+        iso(ok()),
+    );
+
     // Secrets.
     let secrets = (util::HOME_SECRET_FILES.iter().map(|(n, r)| (*n, home(r)))).chain(
         util::PROJECT_SECRET_FILES
@@ -928,11 +961,12 @@ fn supervisor_memory(kind: ExecutorKind, fx: &Fixture) -> Result<(), String> {
             "--timeout",
         ])
         .arg(util::RUN_TIMEOUT.as_secs().to_string())
+        // The /tmp project: the main one is changed by the host's negative controls.
         .arg("--project")
-        .arg(&fx.project)
+        .arg(fx.tmp_project.path())
         .arg("--")
         .args([PROBE, "spam", &SPAM_BYTES.to_string()])
-        .current_dir(&fx.project)
+        .current_dir(fx.tmp_project.path())
         .env_clear()
         .envs(fx.vars.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())

@@ -69,7 +69,9 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
                 "--remount-ro".as_ref(),
                 p.as_os_str(),
             ]),
-            Op::Writable(p) => push(&["--bind".as_ref(), p.as_os_str(), p.as_os_str()]),
+            Op::Writable(p) | Op::Pin(p) => {
+                push(&["--bind".as_ref(), p.as_os_str(), p.as_os_str()])
+            }
             Op::ReadOnly(p) => push(&["--ro-bind".as_ref(), p.as_os_str(), p.as_os_str()]),
             Op::UnreadableDir(p) => push(&[
                 "--perms".as_ref(),
@@ -173,7 +175,17 @@ pub fn availability() -> Result<String, String> {
             String::from_utf8_lossy(&probe.stderr).trim()
         ));
     }
-    Ok(format!("{} {major}.{minor}.{patch}", path.display()))
+    let limit = if sys::current_uid() != 0 {
+        "process limit: RLIMIT_NPROC"
+    } else if pids_cgroup_base().is_some() {
+        "process limit: pids cgroup"
+    } else {
+        "NO process limit: root is exempt from RLIMIT_NPROC and there is no pids cgroup"
+    };
+    Ok(format!(
+        "{} {major}.{minor}.{patch}; {limit}",
+        path.display()
+    ))
 }
 
 /// The process limit for the command's tree.
@@ -206,13 +218,17 @@ fn process_limit(max: u32) -> ProcessLimit {
     }
 }
 
+fn pids_cgroup_base() -> Option<&'static Path> {
+    ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"]
+        .iter()
+        .map(Path::new)
+        .find(|b| b.join("cgroup.procs").exists() && (b.ends_with("pids") || has_pids_v2(b)))
+}
+
 fn make_pids_cgroup(max: u32) -> Option<PathBuf> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let base = ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"]
-        .iter()
-        .map(Path::new)
-        .find(|b| b.join("cgroup.procs").exists() && (b.ends_with("pids") || has_pids_v2(b)))?;
+    let base = pids_cgroup_base()?;
     let parent = base.join("garuda");
     std::fs::create_dir_all(&parent).ok()?;
     if !base.ends_with("pids") {
@@ -231,6 +247,25 @@ fn make_pids_cgroup(max: u32) -> Option<PathBuf> {
         return None;
     }
     Some(dir)
+}
+
+/// Remove a per-command cgroup. bwrap's PID 1 is gone, so the kernel is killing whatever is
+/// left; kill it ourselves too and retry until the cgroup is empty (bounded: ~1 s).
+fn remove_cgroup(dir: &Path) {
+    for _ in 0..200 {
+        if std::fs::remove_dir(dir).is_ok() {
+            return;
+        }
+        if let Ok(pids) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+            for pid in pids
+                .lines()
+                .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
+            {
+                let _ = sys::kill(pid, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 fn has_pids_v2(base: &Path) -> bool {
@@ -347,7 +382,7 @@ impl Executor for BubblewrapExecutor {
         let err = child.stderr.take().map(|s| spawn_reader(s, cap));
         let status = wait_child(&mut child, policy.limits.timeout, false);
         if let ProcessLimit::Cgroup(dir) = &limit {
-            let _ = std::fs::remove_dir(dir);
+            remove_cgroup(dir);
         }
         Ok(Outcome {
             status: status?,
@@ -399,50 +434,24 @@ mod tests {
                     .replace(&*root.to_string_lossy(), "$ROOT")
             })
             .collect();
+        #[rustfmt::skip]
         let want = [
-            "--new-session",
-            "--die-with-parent",
-            "--unshare-user",
-            "--unshare-pid",
-            "--unshare-net",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--disable-userns",
-            "--cap-drop",
-            "ALL",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--tmpfs",
-            "/run",
-            "--remount-ro",
-            "/run",
-            "--bind",
-            "$ROOT",
-            "$ROOT",
-            "--ro-bind",
-            "$ROOT/.git/hooks",
-            "$ROOT/.git/hooks",
-            "--perms",
-            "0000",
-            "--ro-bind-data",
-            "9",
-            "$ROOT/.env",
-            "--chdir",
-            "$ROOT",
-            "--add-seccomp-fd",
-            "7",
+            "--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid",
+            "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--disable-userns", "--cap-drop", "ALL",
+            "--ro-bind", "/", "/",
+            "--dev", "/dev",
+            "--proc", "/proc",
+            "--tmpfs", "/tmp",
+            "--tmpfs", "/run", "--remount-ro", "/run",
+            "--bind", "$ROOT", "$ROOT",
+            "--bind", "$ROOT/.git", "$ROOT/.git",
+            "--ro-bind", "$ROOT/.git/hooks", "$ROOT/.git/hooks",
+            "--perms", "0000", "--ro-bind-data", "9", "$ROOT/.env",
+            "--chdir", "$ROOT",
+            "--add-seccomp-fd", "7",
             "--",
-            "sh",
-            "-c",
-            "echo hi; rm -rf /",
+            "sh", "-c", "echo hi; rm -rf /",
         ];
         assert_eq!(got, want);
     }

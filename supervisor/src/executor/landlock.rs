@@ -34,6 +34,14 @@ use super::layout::{layout, Op, DEVICES};
 use super::{CommandSpec, ExecError, Executor, ExecutorKind, ExitStatus, Outcome, StdioMode};
 use crate::sys::{self, MountStep, NativePlan, Stage};
 
+/// Smallest process limit the native executor can set: the kernel refuses a `pid_max` below
+/// 301. A smaller `max_processes` is raised to this.
+pub const MIN_PID_MAX: u32 = 301;
+
+/// Oldest kernel whose `pid_max` is per PID namespace (the process limit); on an older kernel
+/// the write would reach the host's global limit, so the executor refuses to run there.
+pub const MIN_KERNEL: (u32, u32) = (6, 14);
+
 /// Oldest Landlock ABI the executor accepts: ABI 3 handles truncation, so every way of
 /// changing a file's content is mediated.
 pub const MIN_ABI: u32 = 3;
@@ -109,12 +117,24 @@ pub fn availability() -> Result<String, String> {
             "Landlock ABI {abi} is too old: ABI {MIN_ABI} (Linux 6.2) or later is needed"
         ));
     }
+    kernel_supported()?;
     sys::probe(sys::ProbeKind::RecursiveReadOnly, None).map_err(|e| {
         format!("cannot create user and mount namespaces or make mounts read-only: {e} (unprivileged user namespaces may be disabled: sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces)")
     })?;
     Ok(format!(
         "Landlock ABI {abi}, user namespaces, mount_setattr"
     ))
+}
+
+fn kernel_supported() -> Result<(), String> {
+    match crate::doctor::kernel_version() {
+        Some(v) if v >= MIN_KERNEL => Ok(()),
+        Some((major, minor)) => Err(format!(
+            "Linux {major}.{minor} has no per-namespace pid_max (needed for the process limit): Linux {}.{} or later is needed",
+            MIN_KERNEL.0, MIN_KERNEL.1
+        )),
+        None => Err("cannot read the kernel version".into()),
+    }
 }
 
 /// Runs commands in the native sandbox.
@@ -192,7 +212,7 @@ fn build_mounts(
     }
     let mut sources = Vec::new();
     for op in &ops {
-        if let Op::Writable(p) | Op::ReadOnly(p) = op {
+        if let Op::Writable(p) | Op::Pin(p) | Op::ReadOnly(p) = op {
             sources.push(hold(p)?);
         }
     }
@@ -285,6 +305,14 @@ fn build_mounts(
             Op::Writable(p) => {
                 let source = next_source()?;
                 mkdirs_under_tmp(p, &mut steps)?;
+                steps.push(MountStep::Bind {
+                    source,
+                    target: cpath(p)?,
+                    remount_flags: libc::MS_NOSUID | libc::MS_NODEV,
+                });
+            }
+            Op::Pin(p) => {
+                let source = next_source()?;
                 steps.push(MountStep::Bind {
                     source,
                     target: cpath(p)?,
@@ -428,6 +456,10 @@ impl Executor for LandlockExecutor {
                 reason: format!("Landlock ABI {abi} is older than {MIN_ABI}"),
             });
         }
+        kernel_supported().map_err(|reason| ExecError::Unavailable {
+            executor: ExecutorKind::Landlock,
+            reason,
+        })?;
         let cwd = super::select::checked_cwd(cmd, policy)?;
         let program = super::select::resolve_program(argv0, &policy.env);
         let argv_storage: Vec<CString> = cmd
@@ -489,7 +521,13 @@ impl Executor for LandlockExecutor {
             uid_map: sys::id_map(sys::current_uid()),
             gid_map: sys::id_map(sys::current_gid()),
             mounts,
-            pid_max: policy.limits.max_processes.max(2).to_string().into_bytes(),
+            // The kernel refuses a pid_max below 301 (RESERVED_PIDS + 1).
+            pid_max: policy
+                .limits
+                .max_processes
+                .max(MIN_PID_MAX)
+                .to_string()
+                .into_bytes(),
             landlock_ruleset: ruleset.as_raw_fd(),
             late_rules: vec![
                 (c"/dev".into(), dev_rights(abi)),

@@ -13,7 +13,11 @@
 //!    sockets (docker, D-Bus, ssh-agent) are out of reach — a read-only mount does not stop
 //!    `connect` on a unix socket, only hiding it does;
 //! 6. writable roots (the project, package caches), bound read-write;
-//! 7. read-only paths inside them (`.git/hooks`, `.git/config`, `.garuda/`);
+//! 7. read-only paths inside them (`.git/hooks`, `.git/config`, `.garuda/`), after "pinning"
+//!    every directory between the writable root and the read-only path: each becomes a mount
+//!    point of its own (bound on itself, still writable), and a mount point cannot be renamed
+//!    or removed. Without the pins a command could `mv .git old && cp -r old .git` and write a
+//!    fresh, writable `hooks/` that the developer's next `git commit` runs on the host;
 //! 8. unreadable paths (secrets): a directory becomes an empty, read-only tmpfs with mode 000,
 //!    a file an empty read-only file with mode 000 — reading fails with `EACCES`, and neither
 //!    `chmod` nor `unlink` can undo it (read-only mount, busy mount point).
@@ -47,6 +51,8 @@ pub enum Op {
     Hide(PathBuf),
     /// Bind a path read-write.
     Writable(PathBuf),
+    /// Bind a directory on itself, still writable, so it cannot be renamed or removed.
+    Pin(PathBuf),
     /// Re-bind a path inside a writable root read-only.
     ReadOnly(PathBuf),
     /// Replace a directory with an empty, mode-000, read-only one.
@@ -80,11 +86,33 @@ pub fn layout(policy: &ExecPolicy) -> Vec<Op> {
         .collect();
     ops.extend(hidden.iter().cloned().map(Op::Hide));
     ops.extend(writable.iter().cloned().map(Op::Writable));
-    for p in &policy.read_only_paths {
-        if visible(p) && !under_any(p, &hidden) {
-            ops.push(Op::ReadOnly(p.clone()));
+    let read_only: Vec<&PathBuf> = policy
+        .read_only_paths
+        .iter()
+        .filter(|p| visible(p) && !under_any(p, &hidden))
+        .collect();
+    let mut pins: Vec<PathBuf> = Vec::new();
+    for p in &read_only {
+        let Some(root) = writable
+            .iter()
+            .filter(|w| p.starts_with(w))
+            .max_by_key(|w| w.as_os_str().len())
+        else {
+            continue;
+        };
+        for a in p.ancestors().skip(1) {
+            if a == root.as_path() || !a.starts_with(root) {
+                break;
+            }
+            if !read_only.iter().any(|r| a.starts_with(r)) {
+                pins.push(a.to_path_buf());
+            }
         }
     }
+    pins.sort_by_key(|p| (p.components().count(), p.clone()));
+    pins.dedup();
+    ops.extend(pins.into_iter().map(Op::Pin));
+    ops.extend(read_only.into_iter().cloned().map(Op::ReadOnly));
     for p in &policy.unreadable_paths {
         if !visible(p) || under_any(p, &hidden) {
             continue;
@@ -140,6 +168,7 @@ mod tests {
                 Op::Tmp,
                 Op::Hide("/run".into()),
                 Op::Writable(root.clone()),
+                Op::Pin(root.join(".git")),
                 Op::ReadOnly(root.join(".git/hooks")),
                 Op::UnreadableFile(root.join(".env")),
                 Op::UnreadableDir(root.join("secrets")),

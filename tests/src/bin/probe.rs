@@ -353,6 +353,14 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
                 libc::link(src.as_ptr(), dst.as_ptr())
             }))
         }
+        "rename" => {
+            expect_args(2)?;
+            let (src, dst) = (cstr(arg(0)?)?, cstr(arg(1)?)?);
+            // SAFETY: valid C strings.
+            outcome(libc::c_long::from(unsafe {
+                libc::rename(src.as_ptr(), dst.as_ptr())
+            }))
+        }
         "tcp-connect" => {
             expect_args(1)?;
             inet_socket(libc::SOCK_STREAM, parse_addr(arg(0)?)?, true)

@@ -157,6 +157,12 @@ impl Fixture {
         git_dir(&project.join(".git"));
         // A nested repository.
         git_dir(&project.join("sub/.git"));
+        // A repository two folders deep, for the rename cases (its own, so that the host's
+        // negative control does not disturb the other git cases running beside it).
+        git_dir(&project.join("moveme/inner/.git"));
+        git_dir(&project.join("renameme/.git"));
+        git_dir(&project.join("gitdirs/wt2"));
+        write(&project.join("wt2/.git"), "gitdir: ../gitdirs/wt2\n");
         // A `.git` file (worktree/submodule style) pointing to a git dir elsewhere in the
         // project.
         git_dir(&project.join("gitdirs/wt"));
