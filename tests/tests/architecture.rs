@@ -129,7 +129,10 @@ fn unsafe_is_forbidden_outside_the_supervisor_sys_module() {
     // Clippy's undocumented_unsafe_blocks checks each block; this only guards the count.
     let blocks = sys.matches("unsafe {").count();
     let notes = sys.matches("// SAFETY:").count();
-    assert!(blocks > 0 && notes >= blocks, "{blocks} unsafe blocks, {notes} SAFETY notes");
+    assert!(
+        blocks > 0 && notes >= blocks,
+        "{blocks} unsafe blocks, {notes} SAFETY notes"
+    );
     // Every other supervisor module stays safe.
     for (name, src) in [
         ("cli.rs", include_str!("../../supervisor/src/cli.rs")),
