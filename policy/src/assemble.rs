@@ -117,6 +117,7 @@ pub fn build_exec_policy(
         unreadable_paths: unreadable,
         hidden_dirs: sorted_unique(hidden),
         network: NetworkMode::Isolated,
+        staged: None,
         env: command_env(&host.vars, &allow),
         limits: Limits::default(),
     })

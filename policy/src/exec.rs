@@ -40,6 +40,29 @@ impl Default for Limits {
     }
 }
 
+/// The staged view of the project a staged command runs over (see the `staging` crate). The
+/// executor mounts it at the project's own path, so the real project is not reachable from the
+/// command at all: every write, including one to the project's absolute path, lands in the
+/// staging folder and becomes a proposal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StagedView {
+    /// overlayfs in the command's user namespace: `lower` is the project, writes go to
+    /// `upper` (with `work` as overlayfs's scratch folder); mounted with `userxattr`.
+    Overlay {
+        /// The project (read-only lower layer).
+        lower: PathBuf,
+        /// Where the command's writes land.
+        upper: PathBuf,
+        /// overlayfs work folder (same filesystem as `upper`).
+        work: PathBuf,
+    },
+    /// A full copy of the project (reflink or plain), bound at the project's path.
+    Copy {
+        /// The copy.
+        dir: PathBuf,
+    },
+}
+
 /// Everything an executor needs to confine one command.
 ///
 /// Paths are absolute and canonical (no symbolic link in any component) when built by
@@ -61,6 +84,8 @@ pub struct ExecPolicy {
     pub hidden_dirs: Vec<PathBuf>,
     /// Network access.
     pub network: NetworkMode,
+    /// When set, the command sees this staged view at `project_root` instead of the project.
+    pub staged: Option<StagedView>,
     /// The complete environment of the command (already filtered by the allowlist).
     pub env: Vec<(OsString, OsString)>,
     /// Resource limits.

@@ -100,7 +100,7 @@ mod test_support;
 pub use assemble::build_exec_policy;
 pub use env::DEFAULT_ENV_ALLOW;
 pub use error::PolicyError;
-pub use exec::{ExecPolicy, Limits, NetworkMode};
+pub use exec::{ExecPolicy, Limits, NetworkMode, StagedView};
 pub use host::HostEnv;
 pub use sensitive::{is_env_file_name, HomeEntry, HOME_SECRETS, PACKAGE_CACHES};
 pub use settings::{

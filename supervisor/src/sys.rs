@@ -488,6 +488,13 @@ pub enum MountStep {
         /// tmpfs options (`mode=…,size=…`).
         options: CString,
     },
+    /// Mount overlayfs (used for the staged view of the project).
+    Overlay {
+        /// Mount point.
+        target: CString,
+        /// `lowerdir=…,upperdir=…,workdir=…,userxattr`.
+        options: CString,
+    },
     /// Mount a new devpts instance.
     Devpts {
         /// Mount point.
@@ -1083,6 +1090,18 @@ fn run_mount_step(step: &MountStep) -> Result<(), i32> {
                 )
             },
         ),
+        MountStep::Overlay { target, options } => check(
+            // SAFETY: valid C strings owned by the plan.
+            unsafe {
+                libc::mount(
+                    c"overlay".as_ptr(),
+                    target.as_ptr(),
+                    c"overlay".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    options.as_ptr().cast(),
+                )
+            },
+        ),
         MountStep::Devpts { target } => check(
             // SAFETY: valid C strings.
             unsafe {
@@ -1182,14 +1201,28 @@ fn run_mount_step(step: &MountStep) -> Result<(), i32> {
 // ---------------------------------------------------------------------------------------------
 // bubblewrap's spawn hook.
 
+/// The staged view bwrap should find at the project's path: the hook makes a user and mount
+/// namespace of its own, mounts the view there, then execs bwrap inside it (bwrap 0.8 has no
+/// `--overlay`). No extra `exec`.
+pub struct BwrapStaged {
+    /// Contents of `/proc/self/uid_map` (the user mapped to itself).
+    pub uid_map: Vec<u8>,
+    /// Contents of `/proc/self/gid_map`.
+    pub gid_map: Vec<u8>,
+    /// The mount: an [`MountStep::Overlay`] or a [`MountStep::Bind`] of a copy.
+    pub mount: MountStep,
+}
+
 /// Install a `pre_exec` hook on a `std::process::Command` that, in the child, clears
 /// close-on-exec on `keep` (the descriptors bubblewrap reads, like `--add-seccomp-fd`), sets
-/// `RLIMIT_NPROC` when given, and joins a cgroup by writing `0` to `cgroup_procs` when given.
+/// `RLIMIT_NPROC` when given, joins a cgroup by writing `0` to `cgroup_procs` when given, and
+/// mounts the staged view when given.
 pub fn bwrap_pre_exec(
     cmd: &mut std::process::Command,
     keep: Vec<RawFd>,
     nproc: Option<u64>,
     cgroup_procs: Option<CString>,
+    staged: Option<BwrapStaged>,
 ) {
     use std::os::unix::process::CommandExt;
     let hook = move || -> io::Result<()> {
@@ -1218,10 +1251,18 @@ pub fn bwrap_pre_exec(
         if let Some(path) = &cgroup_procs {
             write_file(path, b"0").map_err(io::Error::from_raw_os_error)?;
         }
+        if let Some(st) = &staged {
+            // SAFETY: unshare takes flags only.
+            cvt(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } as libc::c_long)?;
+            write_id_maps(&st.uid_map, &st.gid_map).map_err(io::Error::from_raw_os_error)?;
+            run_mount_step(&MountStep::MakeRootPrivate).map_err(io::Error::from_raw_os_error)?;
+            run_mount_step(&st.mount).map_err(io::Error::from_raw_os_error)?;
+        }
         Ok(())
     };
     // SAFETY: the hook runs between fork and exec and only calls close_range, fcntl, setrlimit,
-    // open, write and close on data captured before the fork; it allocates nothing.
+    // open, write, close, unshare and mount on data captured before the fork; it allocates
+    // nothing.
     unsafe { cmd.pre_exec(hook) };
 }
 

@@ -291,7 +291,7 @@ pub fn bare_command(
         .envs(policy.env.iter().map(|(k, v)| (k, v)));
     let mut keep = fds.empty.clone();
     keep.push(fds.seccomp);
-    sys::bwrap_pre_exec(&mut command, keep, None, None);
+    sys::bwrap_pre_exec(&mut command, keep, None, None, None);
     command
 }
 
@@ -365,7 +365,15 @@ impl Executor for BubblewrapExecutor {
         };
         let mut keep = fds.empty.clone();
         keep.push(fds.seccomp);
-        sys::bwrap_pre_exec(&mut command, keep, nproc, cgroup_procs);
+        let staged = match &policy.staged {
+            None => None,
+            Some(view) => Some(sys::BwrapStaged {
+                uid_map: sys::id_map(sys::current_uid()),
+                gid_map: sys::id_map(sys::current_gid()),
+                mount: super::landlock::staged_mount(view, &policy.project_root)?,
+            }),
+        };
+        sys::bwrap_pre_exec(&mut command, keep, nproc, cgroup_procs, staged);
         if stdio == StdioMode::Capture {
             command
                 .stdin(Stdio::null())
@@ -419,6 +427,7 @@ mod tests {
             unreadable_paths: vec![root.join(".env")],
             hidden_dirs: vec![PathBuf::from("/run")],
             network: NetworkMode::Isolated,
+            staged: None,
             env: vec![],
             limits: Limits::default(),
         };

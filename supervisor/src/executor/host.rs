@@ -38,6 +38,14 @@ impl Executor for HostExecutor {
             .argv
             .split_first()
             .ok_or_else(|| ExecError::InvalidCommand("empty command".into()))?;
+        if policy.staged.is_some() {
+            // Without a mount namespace there is nowhere to put a staged view; running the
+            // command on the real project instead would be a silent fallback to direct mode.
+            return Err(ExecError::Unavailable {
+                executor: ExecutorKind::Host,
+                reason: "staged commands need an OS sandbox (the host executor has none)".into(),
+            });
+        }
         let cwd = super::select::checked_cwd(cmd, policy)?;
         let resolved = super::select::resolve_program(program, &policy.env);
         if !resolved.is_absolute() && !program.as_bytes().contains(&b'/') {

@@ -27,7 +27,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::time::Instant;
 
-use garuda_policy::ExecPolicy;
+use garuda_policy::{ExecPolicy, StagedView};
 
 use super::capture::{join_reader, spawn_reader};
 use super::layout::{layout, Op, DEVICES};
@@ -186,6 +186,45 @@ fn mkdirs_under_tmp(target: &Path, steps: &mut Vec<MountStep>) -> Result<(), Exe
     Ok(())
 }
 
+/// overlayfs splits its options at `,` and its layer lists at `:`; a backslash escapes both.
+fn escape_overlay_path(p: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &b in p.as_os_str().as_bytes() {
+        if matches!(b, b'\\' | b',' | b':') {
+            out.push(b'\\');
+        }
+        out.push(b);
+    }
+    out
+}
+
+/// The mount that puts the staged view at the project's path (first step, before anything
+/// else opens a path in the project, so every later bind sees the view, never the project).
+pub(crate) fn staged_mount(view: &StagedView, project: &Path) -> Result<MountStep, ExecError> {
+    match view {
+        StagedView::Overlay { lower, upper, work } => {
+            let mut opts = b"lowerdir=".to_vec();
+            opts.extend(escape_overlay_path(lower));
+            opts.extend(b",upperdir=");
+            opts.extend(escape_overlay_path(upper));
+            opts.extend(b",workdir=");
+            opts.extend(escape_overlay_path(work));
+            // userxattr: the only way overlayfs works in a user namespace (whiteouts and
+            // opaque markers are kept in user.* extended attributes).
+            opts.extend(b",userxattr");
+            Ok(MountStep::Overlay {
+                target: cpath(project)?,
+                options: cstring(&opts)?,
+            })
+        }
+        StagedView::Copy { dir } => Ok(MountStep::Bind {
+            source: cpath(dir)?,
+            target: cpath(project)?,
+            remount_flags: libc::MS_NOSUID | libc::MS_NODEV,
+        }),
+    }
+}
+
 const RO_FLAGS: libc::c_ulong = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
 const VOID_FILE: &str = "/tmp/.garuda-void";
 
@@ -219,6 +258,10 @@ fn build_mounts(
     let mut sources = sources.into_iter();
     let mut steps = vec![MountStep::MakeRootPrivate];
     let mut names = vec!["make / private".to_string()];
+    if let Some(view) = &policy.staged {
+        steps.push(staged_mount(view, &policy.project_root)?);
+        names.push(format!("staged view {view:?}"));
+    }
     for h in holds {
         names.push(format!("{h:?}"));
         steps.push(h);
@@ -375,6 +418,11 @@ fn build_ruleset(policy: &ExecPolicy, abi: u32) -> Result<OwnedFd, ExecError> {
     rule(Path::new("/"), READ_RIGHTS)?;
     // The private /dev and /tmp get their rules inside the sandbox (see `late_rules`).
     for w in &policy.writable_roots {
+        // A staged project is another inode (the overlay's root, or the copy): its rule is
+        // added inside the sandbox, after the view is mounted (see `late_rules`).
+        if policy.staged.is_some() && w == &policy.project_root {
+            continue;
+        }
         rule(w, write_rights(abi))?;
     }
     Ok(ruleset)
@@ -529,10 +577,16 @@ impl Executor for LandlockExecutor {
                 .to_string()
                 .into_bytes(),
             landlock_ruleset: ruleset.as_raw_fd(),
-            late_rules: vec![
-                (c"/dev".into(), dev_rights(abi)),
-                (c"/tmp".into(), write_rights(abi)),
-            ],
+            late_rules: {
+                let mut rules = vec![
+                    (c"/dev".into(), dev_rights(abi)),
+                    (c"/tmp".into(), write_rights(abi)),
+                ];
+                if policy.staged.is_some() {
+                    rules.push((cpath(&policy.project_root)?, write_rights(abi)));
+                }
+                rules
+            },
             seccomp,
             stdio: stdio_fds,
             cap_last_cap: cap_last_cap(),
@@ -606,5 +660,27 @@ mod tests {
         assert_eq!(handled_fs(5).count_ones(), 16);
         assert_eq!(handled_fs(7), handled_fs(5));
         assert_eq!(write_rights(5) & (MAKE_CHAR | MAKE_BLOCK), 0);
+    }
+}
+
+#[cfg(test)]
+mod staged_tests {
+    use super::*;
+
+    #[test]
+    fn overlay_options_escape_separators() {
+        let view = StagedView::Overlay {
+            lower: "/p,x:y".into(),
+            upper: "/s/upper".into(),
+            work: "/s/work".into(),
+        };
+        let MountStep::Overlay { options, .. } = staged_mount(&view, Path::new("/p,x:y")).unwrap()
+        else {
+            panic!("not an overlay");
+        };
+        assert_eq!(
+            options.to_str().unwrap(),
+            "lowerdir=/p\\,x\\:y,upperdir=/s/upper,workdir=/s/work,userxattr"
+        );
     }
 }

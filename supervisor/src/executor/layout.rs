@@ -147,6 +147,7 @@ mod tests {
             ],
             hidden_dirs: vec![PathBuf::from("/run")],
             network: NetworkMode::Isolated,
+            staged: None,
             env: vec![],
             limits: Limits::default(),
         }

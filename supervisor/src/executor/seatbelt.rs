@@ -142,6 +142,8 @@ pub fn profile(policy: &ExecPolicy) -> SeatbeltProfile {
         unreadable_paths,
         hidden_dirs,
         network,
+        // Refused before a profile is built (`run`): Seatbelt cannot move a path.
+        staged: _,
         // Only `TMPDIR` matters to the profile; the whole environment is set at spawn.
         env,
         // Timeout and output cap are applied by the runner; `max_processes` has no Seatbelt
@@ -251,6 +253,11 @@ impl Executor for SeatbeltExecutor {
         policy: &ExecPolicy,
         stdio: StdioMode,
     ) -> Result<Outcome, ExecError> {
+        if policy.staged.is_some() {
+            return Err(unavailable(
+                "staged commands are not supported by the seatbelt executor yet".into(),
+            ));
+        }
         #[cfg(target_os = "macos")]
         {
             macos::run(cmd, policy, stdio)
@@ -572,6 +579,7 @@ mod tests {
             unreadable_paths: paths(unreadable),
             hidden_dirs: paths(hidden),
             network: NetworkMode::Isolated,
+            staged: None,
             env,
             limits: Limits::default(),
         }

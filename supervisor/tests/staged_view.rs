@@ -1,0 +1,167 @@
+//! Both Linux executors run a command over a staged view (overlay or copy) at the project's
+//! own path: its writes land in the staging folder, the project does not change. Negative
+//! control: the same command without a staged view changes the project.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
+
+use std::path::{Path, PathBuf};
+
+use garuda_policy::{build_exec_policy, load_settings_from, ExecPolicy, HostEnv, StagedView};
+use garuda_supervisor::executor::{self, CommandSpec, ExecutorKind, StdioMode};
+
+struct World {
+    _base: tempfile::TempDir,
+    project: PathBuf,
+    staging: PathBuf,
+    policy: ExecPolicy,
+}
+
+fn world() -> World {
+    let real_home = PathBuf::from(std::env::var_os("HOME").unwrap());
+    let parent = real_home.join(".cache/garuda-staged-view-tests");
+    std::fs::create_dir_all(&parent).unwrap();
+    let base = tempfile::tempdir_in(&parent).unwrap();
+    let home = base.path().join("home");
+    let project = base.path().join("project");
+    let staging = base.path().join("staging");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(project.join(".git")).unwrap();
+    std::fs::create_dir_all(&staging).unwrap();
+    std::fs::write(project.join("a.txt"), "old\n").unwrap();
+    std::fs::write(project.join("gone.txt"), "bye\n").unwrap();
+    let vars = vec![
+        ("HOME".into(), home.clone().into_os_string()),
+        ("PATH".into(), "/usr/bin:/bin".into()),
+    ];
+    let host = HostEnv::from_vars(vars).unwrap();
+    let none = base.path().join("none.json");
+    let settings = load_settings_from(&none, &none, &none, &host, &project).unwrap();
+    let policy = build_exec_policy(&project, &settings, &host).unwrap();
+    World {
+        project: policy.project_root.clone(),
+        staging,
+        policy,
+        _base: base,
+    }
+}
+
+fn overlay(w: &World) -> StagedView {
+    let upper = w.staging.join("upper");
+    let work = w.staging.join("work");
+    std::fs::create_dir_all(&upper).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    StagedView::Overlay {
+        lower: w.project.clone(),
+        upper,
+        work,
+    }
+}
+
+fn copy(w: &World) -> StagedView {
+    let dir = w.staging.join("copy");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&w.project)
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    StagedView::Copy { dir }
+}
+
+const SCRIPT: &str = "echo new > a.txt && rm gone.txt && echo made > b.txt && echo abs > \"$PWD/abs.txt\" && cat a.txt";
+
+fn run(kind: ExecutorKind, policy: &ExecPolicy) -> String {
+    let ex = executor::select::executor_of(kind);
+    let out = ex
+        .run(
+            &CommandSpec::new(["/bin/sh", "-c", SCRIPT]),
+            policy,
+            StdioMode::Capture,
+        )
+        .unwrap();
+    assert!(out.status.success(), "{kind}: {out:?}");
+    out.stdout.text()
+}
+
+fn assert_project_unchanged(project: &Path) {
+    assert_eq!(
+        std::fs::read_to_string(project.join("a.txt")).unwrap(),
+        "old\n"
+    );
+    assert!(project.join("gone.txt").exists());
+    assert!(!project.join("b.txt").exists());
+    assert!(
+        !project.join("abs.txt").exists(),
+        "a write to the project's absolute path reached it"
+    );
+}
+
+#[test]
+fn staged_views_keep_the_project_unchanged() {
+    for kind in [ExecutorKind::Landlock, ExecutorKind::Bubblewrap] {
+        for make in [overlay, copy] {
+            let w = world();
+            let view = make(&w);
+            let mut policy = w.policy.clone();
+            policy.staged = Some(view.clone());
+            // The command sees its own writes.
+            assert_eq!(run(kind, &policy), "new\n", "{kind} {view:?}");
+            assert_project_unchanged(&w.project);
+            match &view {
+                StagedView::Overlay { upper, .. } => {
+                    assert_eq!(
+                        std::fs::read_to_string(upper.join("a.txt")).unwrap(),
+                        "new\n"
+                    );
+                    assert_eq!(
+                        std::fs::read_to_string(upper.join("abs.txt")).unwrap(),
+                        "abs\n"
+                    );
+                    // A deletion is a whiteout in the upper folder.
+                    let meta = std::fs::symlink_metadata(upper.join("gone.txt")).unwrap();
+                    assert!(!meta.is_file() || meta.len() == 0, "{kind}: not a whiteout");
+                }
+                StagedView::Copy { dir } => {
+                    assert_eq!(std::fs::read_to_string(dir.join("a.txt")).unwrap(), "new\n");
+                    assert!(!dir.join("gone.txt").exists());
+                }
+            }
+            // overlayfs leaves work/work with mode 000.
+            let _ = std::process::Command::new("chmod")
+                .args(["-R", "u+rwx"])
+                .arg(&w.staging)
+                .status();
+        }
+    }
+}
+
+#[test]
+fn without_a_staged_view_the_same_command_changes_the_project() {
+    for kind in [ExecutorKind::Landlock, ExecutorKind::Bubblewrap] {
+        let w = world();
+        assert_eq!(run(kind, &w.policy), "new\n");
+        assert_eq!(
+            std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+            "new\n"
+        );
+        assert!(!w.project.join("gone.txt").exists());
+    }
+}
+
+#[test]
+fn the_host_executor_refuses_a_staged_view() {
+    let w = world();
+    let mut policy = w.policy.clone();
+    policy.staged = Some(overlay(&w));
+    let ex = executor::select::executor_of(ExecutorKind::Host);
+    let err = ex
+        .run(
+            &CommandSpec::new(["/bin/true"]),
+            &policy,
+            StdioMode::Capture,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("need an OS sandbox"), "{err}");
+    assert_project_unchanged(&w.project);
+}
