@@ -436,6 +436,7 @@ mod tests {
                 fx.project(".git"),
                 main.join(".git/config"),
                 main.join(".git/hooks"),
+                private.join("commondir"),
                 private.join("config.worktree"),
             ]
         );

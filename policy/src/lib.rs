@@ -100,12 +100,14 @@ mod test_support;
 pub use assemble::build_exec_policy;
 pub use env::DEFAULT_ENV_ALLOW;
 pub use error::PolicyError;
+mod git_guard;
 pub use exec::{ExecPolicy, Limits, NetworkMode, StagedView};
+pub use git_guard::{GitGuard, GuardViolation};
 pub use host::HostEnv;
 pub use sensitive::{is_env_file_name, HomeEntry, HOME_SECRETS, PACKAGE_CACHES};
 pub use settings::{
-    load_settings, load_settings_from, EffectiveSettings, ExecutorChoice, Origin, SourceKind,
-    MAX_SETTINGS_BYTES,
+    load_settings, load_settings_from, CommandMode, EffectiveSettings, ExecutorChoice, Origin,
+    SourceKind, StagingBackend, MAX_SETTINGS_BYTES,
 };
 
 /// Where the team's managed policy lives. Fixed on purpose: nothing (no environment variable,

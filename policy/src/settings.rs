@@ -101,8 +101,41 @@ pub struct EffectiveSettings {
     pub extra_writable: Vec<(PathBuf, Origin)>,
     /// `env.allow` of the managed and user sources, deduplicated.
     pub env_allow: Vec<(String, Origin)>,
+    /// `commands.mode`: staged when any source asks for it (staged is the stricter mode).
+    pub command_mode: CommandMode,
+    /// The file that made the mode staged.
+    pub command_mode_origin: Option<Origin>,
+    /// `staging.backend` of the strictest source that sets it.
+    pub staging_backend: StagingBackend,
+    /// The file that chose the staging backend.
+    pub staging_backend_origin: Option<Origin>,
     /// The files actually read, strictest first.
     pub sources: Vec<Origin>,
+}
+
+/// How commands touch the project. The default is direct; staged is stricter, so any source
+/// can turn it on and none can turn it off once a stricter source set it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommandMode {
+    /// Commands write the project directly (inside the sandbox's limits).
+    #[default]
+    Direct,
+    /// Commands write a staged view; the developer applies or discards the change.
+    Staged,
+}
+
+/// Which staging backend to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StagingBackend {
+    /// overlayfs where the kernel allows it, else a reflink copy, else a plain copy.
+    #[default]
+    Auto,
+    /// overlayfs only (an error where the kernel does not allow it).
+    Overlay,
+    /// A copy (reflink when the filesystem has it).
+    Copy,
 }
 
 /// One settings file as written. Unknown keys are errors: a misspelled deny rule must not be
@@ -113,6 +146,20 @@ struct SettingsFile {
     executor: Option<ExecutorChoice>,
     sandbox: Option<SandboxSection>,
     env: Option<EnvSection>,
+    commands: Option<CommandsSection>,
+    staging: Option<StagingSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommandsSection {
+    mode: Option<CommandMode>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StagingSection {
+    backend: Option<StagingBackend>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -296,6 +343,18 @@ fn merge_file(
         if merged.executor_origin.is_none() {
             merged.executor = choice;
             merged.executor_origin = Some(origin.clone());
+        }
+    }
+    if file.commands.and_then(|c| c.mode) == Some(CommandMode::Staged)
+        && merged.command_mode_origin.is_none()
+    {
+        merged.command_mode = CommandMode::Staged;
+        merged.command_mode_origin = Some(origin.clone());
+    }
+    if let Some(backend) = file.staging.and_then(|s| s.backend) {
+        if merged.staging_backend_origin.is_none() {
+            merged.staging_backend = backend;
+            merged.staging_backend_origin = Some(origin.clone());
         }
     }
     let sandbox = file.sandbox.unwrap_or_default();
@@ -731,5 +790,60 @@ mod tests {
         assert_eq!(SourceKind::Managed.to_string(), "managed");
         assert_eq!(SourceKind::User.to_string(), "user");
         assert_eq!(SourceKind::Project.to_string(), "project");
+    }
+}
+
+#[cfg(test)]
+mod command_mode_tests {
+    use super::*;
+
+    fn origin(kind: SourceKind) -> Origin {
+        Origin {
+            kind,
+            path: PathBuf::from("/x.json"),
+        }
+    }
+
+    fn merged(files: &[(&str, SourceKind)]) -> EffectiveSettings {
+        let host = HostEnv::from_vars(vec![("HOME".into(), "/home/u".into())]).unwrap();
+        let mut m = EffectiveSettings::default();
+        for (text, kind) in files {
+            let file: SettingsFile = serde_json::from_str(text).unwrap();
+            merge_file(&mut m, file, &origin(*kind), &host, Path::new("/p")).unwrap();
+        }
+        m
+    }
+
+    #[test]
+    fn staged_wins_from_any_source_and_direct_never_lifts_it() {
+        let m = merged(&[
+            (r#"{"commands": {"mode": "direct"}}"#, SourceKind::Managed),
+            (r#"{"commands": {"mode": "staged"}}"#, SourceKind::Project),
+        ]);
+        assert_eq!(m.command_mode, CommandMode::Staged);
+        assert_eq!(m.command_mode_origin.unwrap().kind, SourceKind::Project);
+        let m = merged(&[
+            (r#"{"commands": {"mode": "staged"}}"#, SourceKind::Managed),
+            (r#"{"commands": {"mode": "direct"}}"#, SourceKind::Project),
+        ]);
+        assert_eq!(m.command_mode, CommandMode::Staged);
+        assert_eq!(merged(&[]).command_mode, CommandMode::Direct);
+    }
+
+    #[test]
+    fn backend_from_the_strictest_source_and_unknown_values_refused() {
+        let m = merged(&[
+            (r#"{"staging": {"backend": "copy"}}"#, SourceKind::User),
+            (
+                r#"{"staging": {"backend": "overlay"}}"#,
+                SourceKind::Project,
+            ),
+        ]);
+        assert_eq!(m.staging_backend, StagingBackend::Copy);
+        assert!(
+            serde_json::from_str::<SettingsFile>(r#"{"staging": {"backend": "zfs"}}"#).is_err()
+        );
+        assert!(serde_json::from_str::<SettingsFile>(r#"{"commands": {"mode": "yolo"}}"#).is_err());
+        assert!(serde_json::from_str::<SettingsFile>(r#"{"commands": {"other": 1}}"#).is_err());
     }
 }

@@ -142,6 +142,10 @@ impl Walker<'_> {
         }
         self.protect_if_present(&hooks)?;
         self.protect_if_present(&config)?;
+        // `commondir` sends git to another directory for its config and hooks. An existing
+        // one is bound read-only; a missing one cannot be (there is nothing to bind), so the
+        // supervisor's git guard removes one that a command creates (see `GitGuard`).
+        self.protect_if_present(&dir.join("commondir"))?;
         // Read by git when `extensions.worktreeConfig` is on (a config change, itself protected).
         self.protect_if_present(&dir.join("config.worktree"))
     }
@@ -170,6 +174,7 @@ impl Walker<'_> {
         self.protect_if_present(&gitdir.join("hooks"))?;
         self.protect_if_present(&gitdir.join("config"))?;
         self.protect_if_present(&gitdir.join("config.worktree"))?;
+        self.protect_if_present(&commondir_file)?;
         let text = read_pointer(&commondir_file)?;
         let common = resolve_pointer(&commondir_file, &gitdir, &text)?;
         self.git_dir(&common)

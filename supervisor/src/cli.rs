@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use garuda_policy::{ExecutorChoice, HostEnv, SourceKind};
+use garuda_policy::{CommandMode, ExecutorChoice, GitGuard, HostEnv, SourceKind, StagingBackend};
+use garuda_staging::{BackendChoice, Session};
 
 use crate::executor::{self, CommandSpec, ExecutorKind, StdioMode};
 
@@ -71,6 +72,17 @@ enum Cmd {
         /// Print which executor runs the command and why.
         #[arg(long, short)]
         verbose: bool,
+        /// Run the command over a staged view of the project (also when the settings say
+        /// `"commands": {"mode": "staged"}`): the project changes only if the change is
+        /// applied.
+        #[arg(long)]
+        staged: bool,
+        /// With a staged command: apply the change without asking.
+        #[arg(long, conflicts_with = "discard")]
+        apply: bool,
+        /// With a staged command: discard the change without asking.
+        #[arg(long)]
+        discard: bool,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
@@ -93,8 +105,26 @@ pub fn main() -> i32 {
             capture,
             timeout,
             verbose,
+            staged,
+            apply,
+            discard,
             command,
-        } => match sandbox(executor, project, capture, timeout, verbose, command) {
+        } => match sandbox(SandboxArgs {
+            executor_flag: executor,
+            project,
+            capture,
+            timeout,
+            verbose,
+            staged,
+            decision: if apply {
+                Some(Decision::Apply)
+            } else if discard {
+                Some(Decision::Discard)
+            } else {
+                None
+            },
+            command,
+        }) {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("garuda: {e:#}");
@@ -154,14 +184,35 @@ pub fn project_root_from(start: &Path) -> PathBuf {
         .to_path_buf()
 }
 
-fn sandbox(
+/// What to do with a staged change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Apply,
+    Discard,
+}
+
+struct SandboxArgs {
     executor_flag: Option<ExecutorArg>,
     project: Option<PathBuf>,
     capture: bool,
     timeout: Option<u64>,
     verbose: bool,
+    staged: bool,
+    decision: Option<Decision>,
     command: Vec<OsString>,
-) -> Result<i32> {
+}
+
+fn sandbox(args: SandboxArgs) -> Result<i32> {
+    let SandboxArgs {
+        executor_flag,
+        project,
+        capture,
+        timeout,
+        verbose,
+        staged,
+        decision,
+        command,
+    } = args;
     let host = HostEnv::from_process().context("reading the environment")?;
     let cwd = std::env::current_dir().context("reading the current folder")?;
     let project = match project {
@@ -171,6 +222,14 @@ fn sandbox(
     let project = std::fs::canonicalize(&project)
         .with_context(|| format!("project folder {}", project.display()))?;
     let settings = garuda_policy::load_settings(&project, &host)?;
+    // An apply interrupted by a crash is finished (or rolled back) before anything else runs.
+    for r in garuda_staging::recover(&host.garuda_home)? {
+        eprintln!("garuda: {r}");
+    }
+    let staged = staged || settings.command_mode == CommandMode::Staged;
+    if decision.is_some() && !staged {
+        bail!("--apply and --discard need a staged command (--staged)");
+    }
     let choice = match executor_flag.map(ExecutorChoice::from) {
         None => settings.executor,
         Some(flag) => {
@@ -198,6 +257,9 @@ fn sandbox(
     }
     let selection = executor::select_executor(choice).map_err(|e| anyhow!(e))?;
     if selection.executor.kind() == ExecutorKind::Host {
+        if staged {
+            bail!("staged mode is selected but the host executor has no sandbox to stage in: install bubblewrap or use a kernel with Landlock and user namespaces (no fallback to direct mode)");
+        }
         eprintln!("garuda: {}", executor::host::NOTICE);
     }
     if verbose {
@@ -212,10 +274,53 @@ fn sandbox(
     } else {
         StdioMode::Inherit
     };
-    let outcome = selection
-        .executor
-        .run(&spec, &policy, mode)
-        .map_err(|e| anyhow!(e))?;
+    if !staged {
+        let guard = GitGuard::snapshot(&policy);
+        let outcome = selection.executor.run(&spec, &policy, mode);
+        // Every process of the command is gone: nothing can race the guard.
+        for v in guard.restore() {
+            eprintln!("garuda: git guard: {v}");
+        }
+        let outcome = outcome.map_err(|e| anyhow!(e))?;
+        return Ok(finish(&outcome, capture));
+    }
+    let backend = match settings.staging_backend {
+        StagingBackend::Auto => BackendChoice::Auto,
+        StagingBackend::Overlay => BackendChoice::Overlay,
+        StagingBackend::Copy => BackendChoice::Copy,
+    };
+    let overlay_usable = crate::doctor::overlay_in_userns().is_ok();
+    let mut session = Session::create(&host.garuda_home, &project, backend, overlay_usable)
+        .map_err(|e| {
+            anyhow!(
+                "staged mode is selected but staging cannot be set up: {e} (no fallback to direct mode)"
+            )
+        })?;
+    if verbose {
+        eprintln!(
+            "garuda: staging backend {:?} in {}",
+            session.backend(),
+            session.dir().display()
+        );
+    }
+    let result = run_staged(
+        &mut session,
+        &*selection.executor,
+        &spec,
+        policy,
+        mode,
+        decision,
+    );
+    // The session folder goes whatever happened; a failure to remove it is only reported.
+    if let Err(e) = session.close() {
+        eprintln!("garuda: could not remove the staging folder: {e}");
+    }
+    let outcome = result?;
+    Ok(finish(&outcome, capture))
+}
+
+/// Print captured output and the timeout note; the exit code to return.
+fn finish(outcome: &executor::Outcome, capture: bool) -> i32 {
     if capture {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(&outcome.stdout.bytes);
@@ -226,5 +331,74 @@ fn sandbox(
     if outcome.status == executor::ExitStatus::TimedOut {
         eprintln!("garuda: the command was killed after the timeout");
     }
-    Ok(outcome.status.code())
+    outcome.status.code()
+}
+
+/// Run one command over the session's staged view, show the change and apply or discard it.
+fn run_staged(
+    session: &mut Session,
+    executor: &dyn executor::Executor,
+    spec: &CommandSpec,
+    mut policy: garuda_policy::ExecPolicy,
+    mode: StdioMode,
+    decision: Option<Decision>,
+) -> Result<executor::Outcome> {
+    let mark = session.prepare()?;
+    policy.staged = Some(session.view());
+    let outcome = executor.run(spec, &policy, mode).map_err(|e| anyhow!(e))?;
+    let set = session.changes(&mark)?;
+    if set.is_empty() {
+        eprintln!("garuda: the command changed nothing that could be applied");
+        return Ok(outcome);
+    }
+    eprintln!("{}", garuda_staging::render(&set, session));
+    let decision = match decision {
+        Some(d) => d,
+        None => ask_apply_or_discard(set.can_apply())?,
+    };
+    match decision {
+        Decision::Apply if !set.can_apply() => {
+            session.discard(&set)?;
+            eprintln!("garuda: the change cannot be applied (see above); it was discarded and the project did not change");
+        }
+        Decision::Apply => match session.apply(&set) {
+            Ok(applied) => eprintln!("garuda: applied: {applied}"),
+            Err(e) => {
+                session.discard(&set)?;
+                eprintln!("garuda: nothing was applied: {e}; the change was discarded and the project did not change");
+            }
+        },
+        Decision::Discard => {
+            session.discard(&set)?;
+            eprintln!("garuda: discarded: the project did not change");
+        }
+    }
+    Ok(outcome)
+}
+
+/// Ask on the terminal. Without one, discard and say so: an unattended run never applies a
+/// change nobody saw.
+fn ask_apply_or_discard(can_apply: bool) -> Result<Decision> {
+    use std::io::{BufRead, IsTerminal};
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        eprintln!("garuda: no terminal to ask on and neither --apply nor --discard: discarding");
+        return Ok(Decision::Discard);
+    }
+    loop {
+        if can_apply {
+            eprint!("Apply or discard this change? [a/d] ");
+        } else {
+            eprint!("This change can only be discarded. Discard? [d] ");
+        }
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            return Ok(Decision::Discard);
+        }
+        match line.trim() {
+            "a" | "apply" if can_apply => return Ok(Decision::Apply),
+            "d" | "discard" => return Ok(Decision::Discard),
+            _ => {}
+        }
+    }
 }

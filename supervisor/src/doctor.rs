@@ -49,7 +49,8 @@ fn check(name: &'static str, r: Result<String, String>) -> Check {
     }
 }
 
-fn overlay_in_userns() -> Result<String, String> {
+/// Whether overlayfs can be mounted in a user namespace here (`Ok(detail)`), or why not.
+pub fn overlay_in_userns() -> Result<String, String> {
     let base: PathBuf = std::env::temp_dir().join(format!("garuda-doctor-{}", std::process::id()));
     let dirs = ["lower", "upper", "work", "merged"].map(|d| base.join(d));
     let result = (|| {

@@ -356,3 +356,39 @@ fn inherited_descriptors_do_not_reach_the_command() {
         .unwrap()
         .contains("leaked"));
 }
+
+#[test]
+fn a_commondir_created_by_a_command_is_removed_after_it() {
+    let w = world();
+    std::fs::create_dir_all(w.project.join(".git/hooks")).unwrap();
+    std::fs::write(w.project.join(".git/config"), "").unwrap();
+    for executor in ["landlock", "bubblewrap"] {
+        // The write itself succeeds inside (`.git` stays writable for git's own use): that is
+        // the attack the guard exists for.
+        let out = sandbox(
+            &w,
+            &["--executor", executor],
+            &[
+                "sh",
+                "-c",
+                "echo ../../evil > .git/commondir && cat .git/commondir",
+            ],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{executor}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), "../../evil\n", "{executor}");
+        assert!(
+            text(&out.stderr).contains("git guard"),
+            "{executor}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            !w.project.join(".git/commondir").exists(),
+            "{executor}: commondir left behind"
+        );
+    }
+}

@@ -1,0 +1,1081 @@
+//! Staged commands end to end, without a sandbox: the "command" is a shell script run over
+//! the staged view, either through a real overlayfs mount in a user namespace (`unshare
+//! -Urm`, skipped where the kernel does not allow it) or directly in the copy. Overlay states
+//! that need no mount (xattr whiteouts, opaque folders) are written into `upper/` by hand.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use garuda_policy::StagedView;
+use garuda_staging::{
+    recover, render, Backend, BackendChoice, ChangeKind, ChangeSet, RecoveryAction, Session,
+    StagingError, FAILPOINT_ENV, JOURNAL_COMMIT, JOURNAL_PENDING,
+};
+use tempfile::TempDir;
+
+// ---- fixtures ------------------------------------------------------------------------------
+
+struct Env {
+    home: TempDir,
+    project: TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let home = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let p = project.path();
+        write(p, "a.txt", "alpha\n");
+        write(p, "b.txt", "bravo\n");
+        write(p, "c.txt", "charlie\n");
+        write(p, "src/lib.rs", "pub fn f() {}\n");
+        write(p, "src/deep/mod.rs", "// deep\n");
+        write(p, "run.sh", "#!/bin/sh\necho hi\n");
+        write(p, ".gitignore", "target/\n*.log\n.env\n");
+        write(p, "target/old.o", "old object\n");
+        Env { home, project }
+    }
+
+    fn p(&self) -> PathBuf {
+        fs::canonicalize(self.project.path()).unwrap()
+    }
+
+    fn session(&self, backend: Backend) -> Session {
+        let (choice, usable) = match backend {
+            Backend::Overlay => (BackendChoice::Overlay, true),
+            _ => (BackendChoice::Copy, false),
+        };
+        Session::create(self.home.path(), self.project.path(), choice, usable).unwrap()
+    }
+}
+
+fn write(root: &Path, rel: &str, content: &str) {
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, content).unwrap();
+}
+
+/// Every entry of a tree: mode and content (or link target).
+fn snapshot(root: &Path) -> BTreeMap<String, (u32, Vec<u8>)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let m = fs::symlink_metadata(e.path()).unwrap();
+            let rel = e
+                .path()
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let content = if m.file_type().is_symlink() {
+                fs::read_link(e.path())
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+                    .into_bytes()
+            } else if m.is_file() {
+                fs::read(e.path()).unwrap()
+            } else {
+                stack.push(e.path());
+                Vec::new()
+            };
+            out.insert(rel, (m.mode(), content));
+        }
+    }
+    out
+}
+
+/// overlayfs in a user namespace works here (probed once).
+fn overlay_works() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        let t = tempfile::tempdir().unwrap();
+        for d in ["l", "u", "w"] {
+            fs::create_dir(t.path().join(d)).unwrap();
+        }
+        let p = t.path().display();
+        let script = format!(
+            "mount -t overlay overlay -o lowerdir={p}/l,upperdir={p}/u,workdir={p}/w,userxattr {p}/l && touch {p}/l/x"
+        );
+        let ok = Command::new("unshare")
+            .args(["-Urm", "sh", "-c", &script])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        let ok = ok && t.path().join("u/x").exists();
+        if !ok {
+            eprintln!("overlayfs in a user namespace is not available here: overlay mount tests skipped");
+        }
+        ok
+    })
+}
+
+/// The backends to run a behaviour test on.
+fn backends() -> Vec<Backend> {
+    let mut b = vec![Backend::PlainCopy];
+    if overlay_works() {
+        b.push(Backend::Overlay);
+    }
+    b
+}
+
+/// Runs `script` as "the command" over the session's view, at the project's own path for the
+/// overlay (as the executor mounts it) and in the copy for the copy backends.
+fn run(session: &Session, script: &str) {
+    let ok = match session.view() {
+        StagedView::Overlay { lower, upper, work } => {
+            let (l, u, w) = (lower.display(), upper.display(), work.display());
+            let sh = format!(
+                "mount -t overlay overlay -o lowerdir={l},upperdir={u},workdir={w},userxattr {l} && cd {l} && {script}"
+            );
+            Command::new("unshare")
+                .args(["-Urm", "sh", "-c", &sh])
+                .status()
+                .unwrap()
+                .success()
+        }
+        StagedView::Copy { dir } => Command::new("sh")
+            .args(["-c", script])
+            .current_dir(dir)
+            .status()
+            .unwrap()
+            .success(),
+    };
+    assert!(ok, "command failed: {script}");
+}
+
+fn kinds(set: &ChangeSet) -> BTreeMap<String, ChangeKind> {
+    set.changes
+        .iter()
+        .map(|c| (c.path.clone(), c.kind))
+        .collect()
+}
+
+fn git(dir: &Path, args: &[&str]) -> bool {
+    Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "core.hooksPath=/dev/null",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+// ---- behaviour on every backend ----------------------------------------------------------
+
+#[test]
+fn change_list_kinds_on_every_backend() {
+    for backend in backends() {
+        let env = Env::new();
+        let mut s = env.session(backend);
+        let mark = s.prepare().unwrap();
+        run(
+            &s,
+            "printf 'alpha\\nmore\\n' > a.txt && rm c.txt && echo new > new.txt && chmod 755 run.sh \
+             && ln -s a.txt link && ln -s /etc/passwd evil && ln -s ../../x src/evil2 \
+             && printf 'x\\000y' > bin.dat && mkdir -p target && echo o > target/new.o && echo l > app.log \
+             && cat b.txt > /dev/null",
+        );
+        let set = s.changes(&mark).unwrap();
+        let k = kinds(&set);
+        let want: BTreeMap<String, ChangeKind> = [
+            ("a.txt", ChangeKind::Modified),
+            ("bin.dat", ChangeKind::Added),
+            ("c.txt", ChangeKind::Deleted),
+            ("evil", ChangeKind::LinkOutOfRoot),
+            ("link", ChangeKind::LinkAdded),
+            ("new.txt", ChangeKind::Added),
+            ("run.sh", ChangeKind::ModeChanged),
+            ("src/evil2", ChangeKind::LinkOutOfRoot),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b))
+        .collect();
+        assert_eq!(k, want, "{backend:?}");
+        let bin = set.changes.iter().find(|c| c.path == "bin.dat").unwrap();
+        assert!(bin.binary);
+        let run_sh = set.changes.iter().find(|c| c.path == "run.sh").unwrap();
+        assert_eq!(
+            (run_sh.mode_before, run_sh.mode_after),
+            (Some(0o100644), Some(0o100755))
+        );
+        assert_eq!(set.ignored_counts.get("target/"), Some(&1), "{backend:?}");
+        assert_eq!(set.ignored_counts.get("app.log"), Some(&1), "{backend:?}");
+        assert!(set.incomplete.is_none(), "{:?}", set.incomplete);
+        assert!(
+            !set.can_apply(),
+            "a link out of the root is never appliable"
+        );
+        assert!(!set.is_empty());
+        let text = render(&set, &s);
+        assert!(text.contains("mode 100644 → 100755"), "{text}");
+        assert!(text.contains("bin.dat (binary file changed)"), "{text}");
+        assert!(text.contains("REFUSED   evil -> /etc/passwd"), "{text}");
+        assert!(text.contains("deleted   c.txt"), "{text}");
+        assert!(text.contains("+more"), "{text}");
+        assert!(text.contains("target/: 1 file"), "{text}");
+        match s.apply(&set) {
+            Err(StagingError::LinkOutOfRoot { path }) => assert_eq!(path, "evil"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            fs::read_to_string(env.p().join("a.txt")).unwrap(),
+            "alpha\n"
+        );
+        s.close().unwrap();
+    }
+}
+
+#[test]
+fn a_command_that_changes_nothing_asks_nothing() {
+    for backend in backends() {
+        let env = Env::new();
+        let s0 = env.session(backend);
+        let mut s = s0;
+        let mark = s.prepare().unwrap();
+        // Reading, touching (overlay copies the file up) and writing the same bytes back.
+        run(&s, "cat a.txt > /dev/null && touch b.txt && cp c.txt c.tmp && cat c.tmp > c.txt && rm c.tmp");
+        let set = s.changes(&mark).unwrap();
+        assert!(set.is_empty(), "{backend:?}: {set:?}");
+        s.close().unwrap();
+    }
+}
+
+#[test]
+fn apply_brings_the_new_content_and_discard_leaves_the_project_byte_identical() {
+    for backend in backends() {
+        let env = Env::new();
+        let before = snapshot(&env.p());
+        let mut s = env.session(backend);
+
+        // Discard: the project stays byte-identical, and so does the staged view.
+        let mark = s.prepare().unwrap();
+        run(&s, "echo changed > a.txt && rm b.txt && echo n > n.txt && chmod 700 run.sh && rm -rf src && mkdir -p x/y && echo z > x/y/z");
+        let set = s.changes(&mark).unwrap();
+        assert!(set.can_apply() && !set.is_empty());
+        s.discard(&set).unwrap();
+        assert_eq!(
+            snapshot(&env.p()),
+            before,
+            "{backend:?}: discard changed the project"
+        );
+        let mark = s.prepare().unwrap();
+        let again = s.changes(&mark).unwrap();
+        assert!(
+            again.changes.is_empty(),
+            "{backend:?}: staging still differs after discard: {again:?}"
+        );
+
+        // Apply.
+        let mark = s.prepare().unwrap();
+        run(&s, "echo changed > a.txt && rm b.txt && echo n > n.txt && chmod 700 run.sh && ln -s a.txt l && mkdir -p x/y && echo z > x/y/z && rm -rf src/deep");
+        let set = s.changes(&mark).unwrap();
+        let applied = s.apply(&set).unwrap();
+        assert_eq!(applied.deleted, vec!["b.txt", "src/deep/mod.rs"]);
+        let p = env.p();
+        assert_eq!(fs::read_to_string(p.join("a.txt")).unwrap(), "changed\n");
+        assert!(!p.join("b.txt").exists());
+        assert_eq!(fs::read_to_string(p.join("n.txt")).unwrap(), "n\n");
+        assert_eq!(fs::read_to_string(p.join("x/y/z")).unwrap(), "z\n");
+        assert_eq!(
+            fs::metadata(p.join("run.sh")).unwrap().mode() & 0o777,
+            0o700
+        );
+        assert_eq!(fs::read_link(p.join("l")).unwrap(), Path::new("a.txt"));
+        assert!(
+            !p.join("src/deep").exists(),
+            "{backend:?}: the emptied folder stays"
+        );
+        assert!(p.join("src/lib.rs").exists());
+        // No temporary file and no journal left.
+        assert!(!fs::read_dir(&p).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains("garuda-apply")));
+        assert!(!s.dir().join(JOURNAL_COMMIT).exists() && !s.dir().join(JOURNAL_PENDING).exists());
+        if backend == Backend::Overlay {
+            // Applied entries left upper: the project shows through again.
+            let left: Vec<_> = fs::read_dir(s.dir().join("upper"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert!(left.is_empty(), "upper still holds {left:?}");
+        }
+        // The next command sees the applied state and a list with nothing in it.
+        let mark = s.prepare().unwrap();
+        run(&s, "test \"$(cat a.txt)\" = changed && test ! -e b.txt");
+        assert!(s.changes(&mark).unwrap().is_empty());
+        s.close().unwrap();
+    }
+}
+
+#[test]
+fn a_folder_replaced_by_a_file_is_applied() {
+    for backend in backends() {
+        let env = Env::new();
+        let mut s = env.session(backend);
+        let mark = s.prepare().unwrap();
+        run(&s, "rm -rf src && echo file > src");
+        let set = s.changes(&mark).unwrap();
+        let k = kinds(&set);
+        assert_eq!(
+            k.get("src"),
+            Some(&ChangeKind::Added),
+            "{backend:?} {set:?}"
+        );
+        assert_eq!(k.get("src/lib.rs"), Some(&ChangeKind::Deleted));
+        assert_eq!(k.get("src/deep/mod.rs"), Some(&ChangeKind::Deleted));
+        s.apply(&set).unwrap();
+        assert_eq!(fs::read_to_string(env.p().join("src")).unwrap(), "file\n");
+        s.close().unwrap();
+    }
+}
+
+#[test]
+fn ignored_build_output_stays_in_staging_and_never_reaches_the_project() {
+    for backend in backends() {
+        let env = Env::new();
+        let mut s = env.session(backend);
+        let mark = s.prepare().unwrap();
+        run(&s, "mkdir -p target/debug && for i in 1 2 3; do echo $i > target/debug/o$i; done && echo x > a.txt && echo l > build.log");
+        let set = s.changes(&mark).unwrap();
+        assert_eq!(kinds(&set).keys().collect::<Vec<_>>(), vec!["a.txt"]);
+        assert_eq!(set.ignored_counts.get("target/"), Some(&3));
+        assert_eq!(set.ignored_counts.get("build.log"), Some(&1));
+        assert!(render(&set, &s).contains("target/: 3 files"));
+        s.apply(&set).unwrap();
+        assert!(!env.p().join("target/debug").exists());
+        assert!(!env.p().join("build.log").exists());
+
+        // The next command sees its build output; a discard does not remove it either.
+        let mark = s.prepare().unwrap();
+        run(&s, "test -f target/debug/o3 && echo y > b.txt");
+        let set = s.changes(&mark).unwrap();
+        s.discard(&set).unwrap();
+        let mark = s.prepare().unwrap();
+        run(&s, "test -f target/debug/o1");
+        let set = s.changes(&mark).unwrap();
+        assert!(set.is_empty(), "{set:?}");
+        assert!(!env.p().join("target/debug").exists());
+        s.close().unwrap();
+    }
+}
+
+#[test]
+fn sensitive_files_are_named_even_when_ignored() {
+    for backend in backends() {
+        let env = Env::new();
+        let mut s = env.session(backend);
+        let mark = s.prepare().unwrap();
+        run(
+            &s,
+            "echo SECRET=1 > .env && mkdir -p keys && echo k > keys/server.key",
+        );
+        let set = s.changes(&mark).unwrap();
+        assert_eq!(set.sensitive, vec![".env", "keys/server.key"]);
+        // .env is ignored: named, counted, never applied.
+        assert_eq!(
+            kinds(&set).keys().collect::<Vec<_>>(),
+            vec!["keys/server.key"]
+        );
+        assert!(!set.is_empty());
+        let text = render(&set, &s);
+        assert!(
+            text.contains(".env (ignored by git: kept in staging, never applied)"),
+            "{text}"
+        );
+        s.apply(&set).unwrap();
+        assert!(!env.p().join(".env").exists());
+        s.close().unwrap();
+    }
+}
+
+#[test]
+fn a_sensitive_file_s_old_content_is_not_printed() {
+    let env = Env::new();
+    write(&env.p(), "deploy.pem", "OLD-SECRET-KEY\n");
+    let mut s = env.session(Backend::PlainCopy);
+    let mark = s.prepare().unwrap();
+    run(&s, "echo NEW > deploy.pem");
+    let set = s.changes(&mark).unwrap();
+    let text = render(&set, &s);
+    assert!(!text.contains("OLD-SECRET-KEY"), "{text}");
+    assert!(text.contains("+NEW"), "{text}");
+    assert!(text.contains("old content is not shown"), "{text}");
+    s.close().unwrap();
+}
+
+#[test]
+fn a_tracked_file_stays_shown_under_an_ignore_rule() {
+    let env = Env::new();
+    let p = env.p();
+    write(&p, "keep.log", "tracked\n");
+    if !git(&p, &["init", "-q"]) {
+        eprintln!("git is not available: skipped");
+        return;
+    }
+    assert!(git(&p, &["add", "-A"]));
+    assert!(git(&p, &["add", "-f", "keep.log"]));
+    for backend in backends() {
+        let mut s = env.session(backend);
+        let mark = s.prepare().unwrap();
+        run(&s, "echo changed > keep.log && echo new > other.log && git status > /dev/null 2>&1; echo x > .git/description");
+        let set = s.changes(&mark).unwrap();
+        assert_eq!(
+            kinds(&set).keys().collect::<Vec<_>>(),
+            vec!["keep.log"],
+            "{backend:?}"
+        );
+        assert_eq!(set.ignored_counts.get("other.log"), Some(&1));
+        assert!(
+            set.ignored_counts.get(".git/").is_some_and(|&n| n >= 1),
+            "{:?}",
+            set.ignored_counts
+        );
+        s.discard(&set).unwrap();
+        s.close().unwrap();
+    }
+}
+
+#[test]
+fn control_characters_are_rendered_visibly() {
+    let env = Env::new();
+    let mut s = env.session(Backend::PlainCopy);
+    let mark = s.prepare().unwrap();
+    run(
+        &s,
+        "printf 'ok\\033[2K\\rhidden\\n' > a.txt && printf 'x' > \"$(printf 'n\\033me')\"",
+    );
+    let set = s.changes(&mark).unwrap();
+    let text = render(&set, &s);
+    assert!(!text.contains('\u{1b}'), "raw ESC in the output: {text:?}");
+    assert!(text.contains("+ok\\x1b[2K\\x0dhidden"), "{text}");
+    assert!(text.contains("added     n\\x1bme"), "{text}");
+    s.close().unwrap();
+}
+
+#[test]
+fn the_diff_is_cut_but_the_file_list_is_complete() {
+    let env = Env::new();
+    let mut s = env.session(Backend::PlainCopy);
+    let mark = s.prepare().unwrap();
+    run(&s, "for i in $(seq 1 40); do seq 1 1000 > f$i.txt; done");
+    let set = s.changes(&mark).unwrap();
+    let text = render(&set, &s);
+    assert!(
+        text.contains("[diff cut at 60000 characters"),
+        "cut note missing"
+    );
+    for i in 1..=40 {
+        assert!(
+            text.contains(&format!("added     f{i}.txt")),
+            "f{i}.txt missing from the list"
+        );
+    }
+    assert!(text.len() < 70_000);
+    s.close().unwrap();
+}
+
+#[test]
+fn the_entry_limit_makes_the_list_incomplete_and_only_discard_works() {
+    for backend in backends() {
+        let env = Env::new();
+        let mut s = env.session(backend);
+        s.set_entry_limit(if backend == Backend::Overlay { 5 } else { 25 });
+        let mark = s.prepare().unwrap();
+        run(
+            &s,
+            "mkdir many && for i in $(seq 1 30); do echo $i > many/$i; done",
+        );
+        let set = s.changes(&mark).unwrap();
+        assert!(
+            set.incomplete
+                .as_deref()
+                .is_some_and(|r| r.contains("limit")),
+            "{backend:?}: {set:?}"
+        );
+        assert!(!set.can_apply() && !set.is_empty());
+        assert!(render(&set, &s).contains("INCOMPLETE"));
+        assert!(matches!(
+            s.apply(&set),
+            Err(StagingError::Incomplete { .. })
+        ));
+        assert!(!env.p().join("many").exists());
+        s.discard(&set).unwrap();
+        s.set_entry_limit(10_000);
+        let mark = s.prepare().unwrap();
+        assert!(
+            s.changes(&mark).unwrap().is_empty(),
+            "{backend:?}: discard of an incomplete list resets staging"
+        );
+        s.close().unwrap();
+    }
+}
+
+#[test]
+fn a_conflict_refuses_apply_and_keeps_the_change() {
+    for backend in backends() {
+        let env = Env::new();
+        let mut s = env.session(backend);
+        let mark = s.prepare().unwrap();
+        run(
+            &s,
+            "echo staged > a.txt && echo staged > b.txt && echo new > created.txt",
+        );
+        // The developer edits a.txt and creates created.txt while the command runs.
+        write(&env.p(), "a.txt", "developer\n");
+        write(&env.p(), "created.txt", "developer\n");
+        let set = s.changes(&mark).unwrap();
+        match s.apply(&set) {
+            Err(StagingError::Conflict { paths }) => {
+                assert_eq!(paths, vec!["a.txt", "created.txt"], "{backend:?}")
+            }
+            other => panic!("{backend:?}: {other:?}"),
+        }
+        assert_eq!(
+            fs::read_to_string(env.p().join("a.txt")).unwrap(),
+            "developer\n"
+        );
+        assert_eq!(
+            fs::read_to_string(env.p().join("b.txt")).unwrap(),
+            "bravo\n",
+            "nothing applied"
+        );
+        // The staged change is kept for another question.
+        let again = s.changes(&mark).unwrap();
+        assert!(kinds(&again).contains_key("b.txt"));
+        s.close().unwrap();
+    }
+}
+
+#[test]
+fn edits_between_commands_are_visible_to_the_next_command() {
+    for backend in backends() {
+        let env = Env::new();
+        let mut s = env.session(backend);
+        let mark = s.prepare().unwrap();
+        run(&s, "mkdir -p target && echo staged > target/cache");
+        let set = s.changes(&mark).unwrap();
+        assert!(set.is_empty());
+        // Garuda's own edit and the developer's, including a path staging kept an ignored
+        // file at: the project wins.
+        write(&env.p(), "a.txt", "edited by garuda\n");
+        write(&env.p(), "fresh.txt", "new on the host\n");
+        fs::remove_file(env.p().join("c.txt")).unwrap();
+        write(&env.p(), "target/cache", "host build\n");
+        let mark = s.prepare().unwrap();
+        run(
+            &s,
+            "test \"$(cat a.txt)\" = 'edited by garuda' && test -f fresh.txt && test ! -e c.txt && test \"$(cat target/cache)\" = 'host build'",
+        );
+        let set = s.changes(&mark).unwrap();
+        assert!(set.is_empty(), "{backend:?}: {set:?}");
+        s.close().unwrap();
+    }
+}
+
+#[test]
+fn a_staged_file_changed_after_listing_is_not_applied() {
+    let env = Env::new();
+    let mut s = env.session(Backend::PlainCopy);
+    let mark = s.prepare().unwrap();
+    run(&s, "echo shown > a.txt");
+    let set = s.changes(&mark).unwrap();
+    // Something rewrites the staged file after the user saw the diff.
+    let StagedView::Copy { dir } = s.view() else {
+        panic!()
+    };
+    fs::write(dir.join("a.txt"), "not shown\n").unwrap();
+    assert!(matches!(s.apply(&set), Err(StagingError::StagedChanged { path }) if path == "a.txt"));
+    assert_eq!(
+        fs::read_to_string(env.p().join("a.txt")).unwrap(),
+        "alpha\n"
+    );
+    s.close().unwrap();
+}
+
+// ---- overlay details without a mount --------------------------------------------------------
+
+fn upper(s: &Session) -> PathBuf {
+    s.dir().join("upper")
+}
+
+fn xattr_whiteout(path: &Path) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, "").unwrap();
+    xattr::set(path, "user.overlay.whiteout", b"").unwrap();
+}
+
+#[test]
+fn overlay_whiteouts_and_opaque_folders_written_by_hand() {
+    let env = Env::new();
+    write(&env.p(), "docs/one.md", "1\n");
+    write(&env.p(), "docs/two.md", "2\n");
+    let mut s = env.session(Backend::Overlay);
+    let mark = s.prepare().unwrap();
+    let u = upper(&s);
+    // A whiteout over a file and one over a whole folder.
+    xattr_whiteout(&u.join("c.txt"));
+    xattr_whiteout(&u.join("src/deep"));
+    // An opaque `target` folder: the command replaced it; old.o is gone.
+    fs::create_dir_all(u.join("target")).unwrap();
+    xattr::set(u.join("target"), "user.overlay.opaque", b"y").unwrap();
+    fs::write(u.join("target/new.o"), "n").unwrap();
+    // An opaque folder over a tracked folder.
+    fs::create_dir_all(u.join("docs")).unwrap();
+    xattr::set(u.join("docs"), "user.overlay.opaque", b"y").unwrap();
+    fs::write(u.join("docs/two.md"), "2\n").unwrap();
+    let set = s.changes(&mark).unwrap();
+    let k = kinds(&set);
+    assert_eq!(k.get("c.txt"), Some(&ChangeKind::Deleted));
+    assert_eq!(k.get("src/deep/mod.rs"), Some(&ChangeKind::Deleted));
+    assert_eq!(k.get("docs/one.md"), Some(&ChangeKind::Deleted));
+    assert!(!k.contains_key("docs/two.md"), "same content: no change");
+    assert_eq!(
+        set.ignored_counts.get("target/"),
+        Some(&2),
+        "old.o deleted + new.o added"
+    );
+
+    s.apply(&set).unwrap();
+    let p = env.p();
+    assert!(
+        !p.join("c.txt").exists()
+            && !p.join("src/deep").exists()
+            && !p.join("docs/one.md").exists()
+    );
+    assert!(p.join("docs/two.md").exists() && p.join("target/old.o").exists());
+    // Applied entries left upper; `target` stays opaque (its hidden old.o is still in the
+    // project); `docs` is no longer opaque (its copied-up two.md equals the project's).
+    assert!(
+        !u.join("c.txt").exists() && !u.join("src").exists(),
+        "{:?}",
+        snapshot(&u)
+    );
+    assert_eq!(
+        xattr::get(u.join("docs"), "user.overlay.opaque").unwrap(),
+        None
+    );
+    assert!(xattr::get(u.join("target"), "user.overlay.opaque")
+        .unwrap()
+        .is_some());
+    assert!(u.join("target/new.o").exists());
+    let mark = s.prepare().unwrap();
+    let set = s.changes(&mark).unwrap();
+    assert!(set.changes.is_empty(), "{set:?}");
+    s.close().unwrap();
+}
+
+#[test]
+fn overlay_discard_restores_the_view() {
+    let env = Env::new();
+    let before = snapshot(&env.p());
+    let mut s = env.session(Backend::Overlay);
+    let mark = s.prepare().unwrap();
+    let u = upper(&s);
+    xattr_whiteout(&u.join("src"));
+    fs::create_dir_all(u.join("new/dir")).unwrap();
+    fs::write(u.join("new/dir/f"), "f").unwrap();
+    fs::write(u.join("a.txt"), "changed").unwrap();
+    fs::create_dir_all(u.join("target")).unwrap();
+    fs::write(u.join("target/kept.o"), "k").unwrap();
+    let set = s.changes(&mark).unwrap();
+    assert_eq!(kinds(&set).len(), 4, "{set:?}");
+    s.discard(&set).unwrap();
+    assert_eq!(snapshot(&env.p()), before);
+    let left: Vec<_> = snapshot(&u).into_keys().collect();
+    assert_eq!(
+        left,
+        vec!["target", "target/kept.o"],
+        "only the ignored file stays"
+    );
+    s.close().unwrap();
+}
+
+#[test]
+fn overlay_character_device_whiteout() {
+    let env = Env::new();
+    let mut s = env.session(Backend::Overlay);
+    let mark = s.prepare().unwrap();
+    let ok = Command::new("mknod")
+        .arg(upper(&s).join("b.txt"))
+        .args(["c", "0", "0"])
+        .status()
+        .is_ok_and(|st| st.success());
+    if !ok {
+        eprintln!("mknod is not permitted here (not root): skipped");
+        return;
+    }
+    let set = s.changes(&mark).unwrap();
+    assert_eq!(kinds(&set).get("b.txt"), Some(&ChangeKind::Deleted));
+    s.apply(&set).unwrap();
+    assert!(!env.p().join("b.txt").exists());
+    assert!(!upper(&s).join("b.txt").exists());
+    s.close().unwrap();
+}
+
+#[test]
+fn real_overlay_mount_write_and_delete() {
+    if !overlay_works() {
+        return;
+    }
+    let env = Env::new();
+    let mut s = env.session(Backend::Overlay);
+    let mark = s.prepare().unwrap();
+    // A write to the project's absolute path lands in upper too.
+    let abs = env.p().join("abs.txt");
+    run(
+        &s,
+        &format!("echo via-abs > {} && rm b.txt && rm -r src", abs.display()),
+    );
+    assert!(!abs.exists(), "the project was written");
+    assert!(env.p().join("b.txt").exists());
+    let set = s.changes(&mark).unwrap();
+    let k = kinds(&set);
+    assert_eq!(k.get("abs.txt"), Some(&ChangeKind::Added));
+    assert_eq!(k.get("b.txt"), Some(&ChangeKind::Deleted));
+    assert_eq!(k.get("src/lib.rs"), Some(&ChangeKind::Deleted));
+    assert_eq!(k.get("src/deep/mod.rs"), Some(&ChangeKind::Deleted));
+    assert_eq!(k.len(), 4);
+    s.close().unwrap();
+}
+
+// ---- setup, caps, cleanup ------------------------------------------------------------------
+
+#[test]
+fn backend_selection_and_no_silent_fallback() {
+    let env = Env::new();
+    assert!(matches!(
+        Session::create(
+            env.home.path(),
+            env.project.path(),
+            BackendChoice::Overlay,
+            false
+        ),
+        Err(StagingError::OverlayUnavailable)
+    ));
+    let s = Session::create(
+        env.home.path(),
+        env.project.path(),
+        BackendChoice::Auto,
+        true,
+    )
+    .unwrap();
+    assert_eq!(s.backend(), Backend::Overlay);
+    assert_eq!(fs::metadata(s.dir()).unwrap().mode() & 0o777, 0o700);
+    let name = s.dir().file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with(&format!("{}-", std::process::id())),
+        "{name}"
+    );
+    assert!(matches!(s.view(), StagedView::Overlay { lower, .. } if lower == env.p()));
+    s.close().unwrap();
+    let s = Session::create(
+        env.home.path(),
+        env.project.path(),
+        BackendChoice::Auto,
+        false,
+    )
+    .unwrap();
+    assert!(matches!(
+        s.backend(),
+        Backend::ReflinkCopy | Backend::PlainCopy
+    ));
+    let StagedView::Copy { dir } = s.view() else {
+        panic!()
+    };
+    assert_eq!(snapshot(&dir), snapshot(&env.p()), "the copy is complete");
+    let sdir = s.dir().to_path_buf();
+    s.close().unwrap();
+    assert!(!sdir.exists());
+}
+
+#[test]
+fn a_plain_copy_over_the_cap_is_refused_and_leaves_no_folder() {
+    let env = Env::new();
+    match Session::create_with_cap(
+        env.home.path(),
+        env.project.path(),
+        BackendChoice::Copy,
+        false,
+        10,
+    ) {
+        Err(e) => {
+            assert!(
+                matches!(e, StagingError::TooLarge { cap: 10, size, .. } if size > 10),
+                "{e}"
+            );
+            assert!(e.to_string().contains("10-byte limit"), "{e}");
+            let left: Vec<_> = fs::read_dir(env.home.path().join("staging"))
+                .unwrap()
+                .collect();
+            assert!(left.is_empty(), "a folder was left: {left:?}");
+        }
+        // A reflink copy has no cap.
+        Ok(s) => {
+            assert_eq!(s.backend(), Backend::ReflinkCopy);
+            s.close().unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_project_inside_the_staging_home_is_refused() {
+    let home = tempfile::tempdir().unwrap();
+    let project = home.path().join("staging/proj");
+    fs::create_dir_all(&project).unwrap();
+    assert!(matches!(
+        Session::create(home.path(), &project, BackendChoice::Copy, false),
+        Err(StagingError::Overlapping { .. })
+    ));
+}
+
+/// A pid that is surely not running: a child that has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut c = Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    pid
+}
+
+#[test]
+fn dead_sessions_are_removed_even_with_a_mode_000_work_folder() {
+    let env = Env::new();
+    let staging = env.home.path().join("staging");
+    let dead = staging.join(format!("{}-00aa11bb22cc33dd", dead_pid()));
+    fs::create_dir_all(dead.join("work/work")).unwrap();
+    fs::create_dir_all(dead.join("upper/x")).unwrap();
+    fs::write(dead.join("upper/x/f"), "f").unwrap();
+    fs::set_permissions(dead.join("work/work"), fs::Permissions::from_mode(0o000)).unwrap();
+    fs::set_permissions(dead.join("upper/x"), fs::Permissions::from_mode(0o000)).unwrap();
+    // A live session (this process) and a folder that is not a session stay.
+    let live = staging.join(format!("{}-feedfeedfeedfeed", std::process::id()));
+    fs::create_dir_all(&live).unwrap();
+    fs::create_dir_all(staging.join("not-a-session")).unwrap();
+    let s = env.session(Backend::Overlay);
+    assert!(!dead.exists());
+    assert!(live.exists() && staging.join("not-a-session").exists());
+    assert!(s
+        .recovered()
+        .iter()
+        .any(|r| r.action == RecoveryAction::RemovedDeadSession
+            && r.session_dir.file_name() == dead.file_name()));
+    s.close().unwrap();
+}
+
+// ---- crash safety --------------------------------------------------------------------------
+
+/// Writes a journal by hand for a dead session, as a crash would leave it.
+fn hand_journal(env: &Env, name: &str, with_commit: bool) -> PathBuf {
+    let p = env.p();
+    let dead = env
+        .home
+        .path()
+        .join("staging")
+        .join(format!("{}-0123456789abcdef", dead_pid()));
+    fs::create_dir_all(&dead).unwrap();
+    let temp_a = p.join(".a.txt.garuda-apply-x");
+    fs::write(&temp_a, "new a\n").unwrap();
+    let temp_n = p.join("sub/.n.txt.garuda-apply-x");
+    fs::create_dir_all(p.join("sub")).unwrap();
+    fs::write(&temp_n, "new n\n").unwrap();
+    let journal = serde_json::json!({
+        "version": 1,
+        "project": p,
+        "entries": [
+            {"target": p.join("a.txt"), "temp": temp_a},
+            {"target": p.join("sub/n.txt"), "temp": temp_n},
+            {"target": p.join("c.txt"), "delete": true},
+        ],
+        "rmdirs": [],
+        "created_dirs": [p.join("sub")],
+    });
+    let file = dead.join(if with_commit {
+        JOURNAL_COMMIT
+    } else {
+        JOURNAL_PENDING
+    });
+    fs::write(file, serde_json::to_vec(&journal).unwrap()).unwrap();
+    let _ = name;
+    dead
+}
+
+#[test]
+fn a_committed_journal_is_rolled_forward() {
+    let env = Env::new();
+    let dead = hand_journal(&env, "commit", true);
+    // Half done already: the first rename happened before the crash.
+    fs::rename(env.p().join(".a.txt.garuda-apply-x"), env.p().join("a.txt")).unwrap();
+    let r = recover(env.home.path()).unwrap();
+    assert_eq!(r[0].action, RecoveryAction::RolledForward);
+    assert!(r[0].to_string().contains("finished an interrupted apply"));
+    let p = env.p();
+    assert_eq!(fs::read_to_string(p.join("a.txt")).unwrap(), "new a\n");
+    assert_eq!(fs::read_to_string(p.join("sub/n.txt")).unwrap(), "new n\n");
+    assert!(!p.join("c.txt").exists());
+    assert!(!dead.exists());
+    // Idempotent: nothing left to do.
+    assert!(recover(env.home.path()).unwrap().is_empty());
+}
+
+#[test]
+fn a_pending_journal_is_rolled_back() {
+    let env = Env::new();
+    let before_a = fs::read(env.p().join("a.txt")).unwrap();
+    let dead = hand_journal(&env, "pending", false);
+    let r = recover(env.home.path()).unwrap();
+    assert_eq!(r[0].action, RecoveryAction::RolledBack);
+    assert_eq!(r[0].files, 2);
+    let p = env.p();
+    assert_eq!(fs::read(p.join("a.txt")).unwrap(), before_a);
+    assert!(p.join("c.txt").exists());
+    assert!(
+        !p.join("sub").exists(),
+        "the folder made for the temp is gone"
+    );
+    assert!(!p.join(".a.txt.garuda-apply-x").exists());
+    assert!(!dead.exists());
+}
+
+#[test]
+fn a_journal_pointing_outside_its_project_is_refused() {
+    let env = Env::new();
+    let dead = env
+        .home
+        .path()
+        .join("staging")
+        .join(format!("{}-0123456789abcdef", dead_pid()));
+    fs::create_dir_all(&dead).unwrap();
+    let victim = env.home.path().join("victim");
+    fs::write(&victim, "keep").unwrap();
+    let journal = serde_json::json!({
+        "version": 1, "project": env.p(),
+        "entries": [{"target": victim, "delete": true}], "rmdirs": [], "created_dirs": [],
+    });
+    fs::write(
+        dead.join(JOURNAL_COMMIT),
+        serde_json::to_vec(&journal).unwrap(),
+    )
+    .unwrap();
+    assert!(matches!(
+        recover(env.home.path()),
+        Err(StagingError::Journal { .. })
+    ));
+    assert!(victim.exists());
+    assert!(
+        dead.join(JOURNAL_COMMIT).exists(),
+        "kept for a person to look at"
+    );
+}
+
+const CHILD_HOME: &str = "GARUDA_STAGING_TEST_HOME";
+const CHILD_PROJECT: &str = "GARUDA_STAGING_TEST_PROJECT";
+
+/// Not a test of its own: the child process of the failpoint tests. It stages four changes
+/// (by hand, overlay layout) and applies them; the failpoint aborts the process mid-apply.
+#[test]
+fn failpoint_child() {
+    let (Ok(home), Ok(project)) = (std::env::var(CHILD_HOME), std::env::var(CHILD_PROJECT)) else {
+        return;
+    };
+    let mut s = Session::create(
+        Path::new(&home),
+        Path::new(&project),
+        BackendChoice::Overlay,
+        true,
+    )
+    .unwrap();
+    let mark = s.prepare().unwrap();
+    let u = upper(&s);
+    fs::write(u.join("a.txt"), "new a\n").unwrap();
+    fs::write(u.join("b.txt"), "new b\n").unwrap();
+    fs::write(u.join("n.txt"), "new n\n").unwrap();
+    xattr_whiteout(&u.join("c.txt"));
+    let set = s.changes(&mark).unwrap();
+    assert_eq!(set.changes.len(), 4);
+    s.apply(&set).unwrap();
+    panic!("the failpoint did not fire");
+}
+
+fn crash_apply(failpoint: &str) -> (Env, BTreeMap<String, (u32, Vec<u8>)>) {
+    let env = Env::new();
+    let before = snapshot(&env.p());
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "failpoint_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_HOME, env.home.path())
+        .env(CHILD_PROJECT, env.project.path())
+        .env(FAILPOINT_ENV, failpoint)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the child did not crash: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("did not fire"));
+    (env, before)
+}
+
+#[test]
+fn a_crash_after_the_first_rename_is_finished_at_the_next_start() {
+    let (env, before) = crash_apply("apply-after-first-rename");
+    let p = env.p();
+    // Half-applied on disk: the deletion and the first rename only.
+    assert_eq!(fs::read_to_string(p.join("a.txt")).unwrap(), "new a\n");
+    assert_eq!(fs::read_to_string(p.join("b.txt")).unwrap(), "bravo\n");
+    assert!(!p.join("c.txt").exists() && !p.join("n.txt").exists());
+    // The next start finishes it: fully new.
+    let s = env.session(Backend::Overlay);
+    assert!(
+        s.recovered()
+            .iter()
+            .any(|r| r.action == RecoveryAction::RolledForward),
+        "{:?}",
+        s.recovered()
+    );
+    assert_eq!(fs::read_to_string(p.join("b.txt")).unwrap(), "new b\n");
+    assert_eq!(fs::read_to_string(p.join("n.txt")).unwrap(), "new n\n");
+    let mut want = before;
+    want.remove("c.txt");
+    let now = snapshot(&p);
+    assert_eq!(now.len(), want.len() + 1, "{now:?}");
+    assert!(!now.keys().any(|k| k.contains("garuda-apply")));
+    s.close().unwrap();
+}
+
+#[test]
+fn a_crash_before_the_commit_is_rolled_back_at_the_next_start() {
+    let (env, before) = crash_apply("apply-before-commit");
+    let p = env.p();
+    // Temporary files are there, the project files are not touched.
+    assert!(snapshot(&p).keys().any(|k| k.contains("garuda-apply")));
+    let r = recover(env.home.path()).unwrap();
+    assert!(
+        r.iter()
+            .any(|r| r.action == RecoveryAction::RolledBack && r.files == 3),
+        "{r:?}"
+    );
+    assert_eq!(snapshot(&p), before, "fully old");
+}

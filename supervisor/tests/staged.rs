@@ -1,0 +1,347 @@
+//! Staged commands end to end (seed T5 and issue 3): `garuda sandbox --staged` on every Linux
+//! executor and both staging backends, plus multi-command sessions through the library.
+//!
+//! Negative controls: the same command in direct mode changes the project; a direct-mode
+//! start succeeds where staging cannot be set up.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn garuda() -> PathBuf {
+    std::env::var_os("GARUDA_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_garuda")))
+}
+
+struct World {
+    _base: tempfile::TempDir,
+    home: PathBuf,
+    project: PathBuf,
+}
+
+fn world() -> World {
+    let real_home = PathBuf::from(std::env::var_os("HOME").unwrap());
+    let parent = real_home.join(".cache/garuda-staged-tests");
+    std::fs::create_dir_all(&parent).unwrap();
+    let base = tempfile::tempdir_in(&parent).unwrap();
+    let home = base.path().join("home");
+    let project = base.path().join("project");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&project).unwrap();
+    let git = |args: &[&str]| {
+        let st = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(&project)
+            .env("HOME", &home)
+            .output()
+            .unwrap();
+        assert!(st.status.success(), "{st:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(project.join("a.txt"), "a old\n").unwrap();
+    std::fs::write(project.join("b.txt"), "b old\n").unwrap();
+    std::fs::write(project.join("c.txt"), "c old\n").unwrap();
+    std::fs::write(project.join("gone.txt"), "bye\n").unwrap();
+    std::fs::write(project.join(".gitignore"), "target/\n.env\n").unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "init"]);
+    World {
+        project: project.canonicalize().unwrap(),
+        home,
+        _base: base,
+    }
+}
+
+fn garuda_in(w: &World, args: &[&str], cmd: &str, env: &[(&str, &str)]) -> Output {
+    Command::new(garuda())
+        .arg("sandbox")
+        .args(args)
+        .arg("--project")
+        .arg(&w.project)
+        .args(["--", "/bin/sh", "-c", cmd])
+        .current_dir(&w.project)
+        .env("HOME", &w.home)
+        .env_remove("GARUDA_HOME")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap()
+}
+
+/// Every file of the project except `.git`, with its content: "byte-identical" means equal.
+fn snapshot(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            if p.file_name().unwrap() == ".git" {
+                continue;
+            }
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(p);
+                out.push((rel + "/", Vec::new()));
+            } else {
+                out.push((rel, std::fs::read(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+const EXECUTORS: [&str; 2] = ["landlock", "bubblewrap"];
+const BACKENDS: [&str; 2] = ["overlay", "copy"];
+
+fn set_backend(w: &World, backend: &str) {
+    std::fs::create_dir_all(w.home.join(".garuda")).unwrap();
+    std::fs::write(
+        w.home.join(".garuda/policy.json"),
+        format!("{{\"staging\": {{\"backend\": \"{backend}\"}}}}"),
+    )
+    .unwrap();
+}
+
+const EDIT: &str =
+    "echo 'a new' > a.txt && rm gone.txt && echo fresh > new.txt && echo abs > \"$PWD/abs.txt\"";
+
+#[test]
+fn discard_leaves_the_project_byte_identical_and_direct_mode_does_not() {
+    for executor in EXECUTORS {
+        for backend in BACKENDS {
+            let w = world();
+            set_backend(&w, backend);
+            let before = snapshot(&w.project);
+            let out = garuda_in(
+                &w,
+                &["--executor", executor, "--staged", "--discard"],
+                EDIT,
+                &[],
+            );
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{executor}/{backend}: {err}");
+            assert!(
+                err.contains("a.txt") && err.contains("+a new"),
+                "{executor}/{backend}: {err}"
+            );
+            assert!(err.contains("gone.txt"), "the deletion is listed: {err}");
+            assert!(err.contains("discarded"), "{err}");
+            assert_eq!(snapshot(&w.project), before, "{executor}/{backend}");
+        }
+        // Negative control: direct mode changes the project.
+        let w = world();
+        let out = garuda_in(&w, &["--executor", executor], EDIT, &[]);
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(read(&w.project.join("a.txt")), "a new\n");
+        assert!(!w.project.join("gone.txt").exists());
+    }
+}
+
+#[test]
+fn apply_brings_new_content_deletions_and_absolute_path_writes() {
+    for executor in EXECUTORS {
+        for backend in BACKENDS {
+            let w = world();
+            set_backend(&w, backend);
+            let out = garuda_in(
+                &w,
+                &["--executor", executor, "--staged", "--apply"],
+                EDIT,
+                &[],
+            );
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{executor}/{backend}: {err}");
+            assert!(err.contains("applied"), "{err}");
+            assert_eq!(read(&w.project.join("a.txt")), "a new\n");
+            assert_eq!(read(&w.project.join("new.txt")), "fresh\n");
+            assert_eq!(read(&w.project.join("abs.txt")), "abs\n");
+            assert!(
+                !w.project.join("gone.txt").exists(),
+                "the deletion is applied"
+            );
+            assert_eq!(read(&w.project.join("b.txt")), "b old\n");
+        }
+    }
+}
+
+#[test]
+fn without_a_terminal_or_a_flag_the_change_is_discarded() {
+    let w = world();
+    let before = snapshot(&w.project);
+    let out = garuda_in(&w, &["--staged"], "echo x > a.txt", &[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("no terminal to ask on"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(snapshot(&w.project), before);
+}
+
+#[test]
+fn the_exit_code_is_the_commands() {
+    let w = world();
+    let out = garuda_in(&w, &["--staged", "--apply"], "echo x > a.txt; exit 3", &[]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(read(&w.project.join("a.txt")), "x\n");
+}
+
+#[test]
+fn a_command_that_changes_nothing_asks_nothing() {
+    for backend in BACKENDS {
+        let w = world();
+        set_backend(&w, backend);
+        let out = garuda_in(&w, &["--staged"], "cat a.txt >/dev/null; ls", &[]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert!(err.contains("changed nothing"), "{backend}: {err}");
+        assert!(!err.contains("discard"), "{backend}: {err}");
+    }
+}
+
+#[test]
+fn ignored_output_never_reaches_the_project_and_sensitive_files_are_named() {
+    for backend in BACKENDS {
+        let w = world();
+        set_backend(&w, backend);
+        let out = garuda_in(
+            &w,
+            &["--staged", "--apply"],
+            "mkdir -p target && for i in 1 2 3; do echo o > target/out$i; done && echo KEY=1 > .env && echo x > a.txt",
+            &[],
+        );
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert!(
+            err.contains("target/: 3"),
+            "{backend}: ignored count missing: {err}"
+        );
+        assert!(
+            err.contains(".env"),
+            "{backend}: sensitive file not named: {err}"
+        );
+        assert!(
+            !w.project.join("target").exists(),
+            "{backend}: ignored output applied"
+        );
+        assert!(
+            !w.project.join(".env").exists(),
+            "{backend}: ignored .env applied"
+        );
+        assert_eq!(read(&w.project.join("a.txt")), "x\n");
+    }
+}
+
+#[test]
+fn staging_that_cannot_be_set_up_stops_before_the_command_runs() {
+    let w = world();
+    // GARUDA_HOME is a file: no staging folder can be made under it.
+    let bad_home = w.home.join("not-a-dir");
+    std::fs::write(&bad_home, "").unwrap();
+    let marker = w.project.join("ran");
+    let cmd = format!("touch '{}'", marker.display());
+    let out = garuda_in(
+        &w,
+        &["--staged"],
+        &cmd,
+        &[("GARUDA_HOME", bad_home.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(!marker.exists(), "the command ran although staging failed");
+    // Negative control: the same start in direct mode runs the command.
+    let good_home = w.home.join(".garuda-direct");
+    let out = garuda_in(
+        &w,
+        &[],
+        &cmd,
+        &[("GARUDA_HOME", good_home.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(marker.exists());
+}
+
+#[test]
+fn staged_settings_turn_staging_on_and_host_is_refused() {
+    let w = world();
+    std::fs::create_dir_all(w.project.join(".garuda")).unwrap();
+    std::fs::write(
+        w.project.join(".garuda/settings.json"),
+        "{\"commands\": {\"mode\": \"staged\"}}",
+    )
+    .unwrap();
+    let before = snapshot(&w.project);
+    let out = garuda_in(&w, &[], "echo x > a.txt", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        snapshot(&w.project),
+        before,
+        "a project's staged mode was not honoured"
+    );
+    let out = garuda_in(&w, &["--executor", "host"], "echo x > a.txt", &[]);
+    assert_eq!(out.status.code(), Some(125));
+    assert_eq!(snapshot(&w.project), before);
+}
+
+/// Kill the process in the middle of an apply (a failpoint aborts it after the first of three
+/// renames, or just before the commit point); the next start leaves the project fully new or
+/// fully old, never half.
+#[test]
+fn an_interrupted_apply_is_completed_or_rolled_back_at_the_next_start() {
+    let three = "echo 'a new' > a.txt && echo 'b new' > b.txt && echo 'c new' > c.txt";
+    for (failpoint, want) in [
+        ("apply-after-first-rename", "new"),
+        ("apply-before-commit", "old"),
+    ] {
+        for backend in BACKENDS {
+            let w = world();
+            set_backend(&w, backend);
+            let out = garuda_in(
+                &w,
+                &["--staged", "--apply"],
+                three,
+                &[("GARUDA_FAILPOINT", failpoint)],
+            );
+            assert_ne!(
+                out.status.code(),
+                Some(0),
+                "{failpoint}: the failpoint did not fire"
+            );
+            // The next start (any garuda sandbox run) recovers first.
+            let out = garuda_in(&w, &[], "true", &[]);
+            assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+            for f in ["a", "b", "c"] {
+                assert_eq!(
+                    read(&w.project.join(format!("{f}.txt"))),
+                    format!("{f} {want}\n"),
+                    "{failpoint}/{backend}: {f}.txt"
+                );
+            }
+            let leftovers: Vec<_> = snapshot(&w.project)
+                .into_iter()
+                .filter(|(p, _)| p.contains("garuda-apply"))
+                .collect();
+            assert!(leftovers.is_empty(), "{leftovers:?}");
+        }
+    }
+}
