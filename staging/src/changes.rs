@@ -519,7 +519,10 @@ impl Collector<'_> {
                 }
                 match lstat(&root.join(&rel)) {
                     Ok(Some(m)) => {
-                        if m.file_type().is_dir() {
+                        // Git's own storage is never applied and would dominate the walk
+                        // (every loose object): the copy backend does not compare it.
+                        let git_store = rel == ".git" || rel.ends_with("/.git");
+                        if m.file_type().is_dir() && !git_store {
                             stack.push(rel.clone());
                         }
                         out.insert(rel, m);
@@ -537,6 +540,8 @@ impl Collector<'_> {
         if self.over_limit {
             return;
         }
+        // The limit bounds one tree's walk: the copy has as many entries as the project.
+        self.seen = 0;
         let cmap = self.walk_tree(copy);
         if self.over_limit {
             return;

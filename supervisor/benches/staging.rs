@@ -54,7 +54,14 @@ fn generate(dir: &Path, files: usize) {
     std::fs::write(dir.join(".gitignore"), "target/\n").unwrap();
     let git = |args: &[&str]| {
         let st = Command::new("git")
-            .args(["-c", "user.name=bench", "-c", "user.email=bench@localhost"])
+            .args([
+                "-c",
+                "user.name=bench",
+                "-c",
+                "user.email=bench@localhost",
+                "-c",
+                "gc.auto=0",
+            ])
             .args(args)
             .current_dir(dir)
             .output()
@@ -136,7 +143,13 @@ fn main() {
             let t = Instant::now();
             let set = session.changes(&mark).unwrap();
             let l = t.elapsed();
-            assert_eq!(set.changes.len(), 3, "{name}: {:?}", set.changes);
+            assert_eq!(
+                set.changes.len(),
+                3,
+                "{name} run {i}: {:?} {:?}",
+                set.changes,
+                set.incomplete
+            );
             prep.push(p);
             list.push(l);
             both.push(p + l);

@@ -82,6 +82,16 @@ pub fn overlay_in_userns() -> Result<String, String> {
     result
 }
 
+/// What `"staging": {"backend": "auto"}` picks here, and why.
+fn staging_backend() -> Result<String, String> {
+    match overlay_in_userns() {
+        Ok(_) => Ok("overlay: overlayfs works in a user namespace (session start O(1), change list O(changed files))".into()),
+        Err(why) => Ok(format!(
+            "copy (reflink where the filesystem has it, else a plain copy up to 2 GiB): {why}"
+        )),
+    }
+}
+
 fn seccomp_filter() -> Result<String, String> {
     let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
     if status.lines().any(|l| l.starts_with("Seccomp:")) {
@@ -139,6 +149,7 @@ pub fn report() -> Report {
                 .map_err(|e| format!("mount_setattr failed: {e} (Linux 5.12+ needed)")),
         ),
         check("overlayfs in a user namespace", overlay_in_userns()),
+        check("staging backend (auto)", staging_backend()),
         check("seccomp", seccomp_filter()),
         check("pid_max per namespace", pid_max_namespaced()),
     ];

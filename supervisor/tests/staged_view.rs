@@ -165,3 +165,94 @@ fn the_host_executor_refuses_a_staged_view() {
     assert!(err.to_string().contains("need an OS sandbox"), "{err}");
     assert_project_unchanged(&w.project);
 }
+
+/// A session over several commands through the real executors (seed T5): ignored output
+/// stays in staging and the next command sees it; the developer's edits between commands are
+/// visible; a conflicting edit refuses apply; an incomplete list cannot be applied.
+#[test]
+fn sessions_across_commands_through_the_sandbox() {
+    use garuda_staging::{BackendChoice, Session, StagingError};
+    let overlay_usable = garuda_supervisor::doctor::overlay_in_userns().is_ok();
+    assert!(
+        overlay_usable,
+        "overlayfs in a user namespace is expected on this machine"
+    );
+    for kind in [ExecutorKind::Landlock, ExecutorKind::Bubblewrap] {
+        for choice in [BackendChoice::Overlay, BackendChoice::Copy] {
+            let w = world();
+            std::fs::write(w.project.join(".gitignore"), "target/\n").unwrap();
+            let run_in = |session: &Session, script: &str| {
+                let mut policy = w.policy.clone();
+                policy.staged = Some(session.view());
+                let ex = executor::select::executor_of(kind);
+                let out = ex
+                    .run(
+                        &CommandSpec::new(["/bin/sh", "-c", script]),
+                        &policy,
+                        StdioMode::Capture,
+                    )
+                    .unwrap();
+                assert!(out.status.success(), "{kind} {choice:?}: {out:?}");
+                out.stdout.text()
+            };
+            let mut s = Session::create(&w.staging, &w.project, choice, overlay_usable).unwrap();
+
+            // 1. An ignored build output: counted, not applied, seen by the next command.
+            let mark = s.prepare().unwrap();
+            run_in(&s, "mkdir -p target && echo built > target/out");
+            let set = s.changes(&mark).unwrap();
+            assert!(
+                set.changes.is_empty(),
+                "{kind} {choice:?}: {:?}",
+                set.changes
+            );
+            assert_eq!(set.ignored_counts.get("target/"), Some(&1));
+            s.apply(&set).unwrap();
+            assert!(
+                !w.project.join("target").exists(),
+                "ignored output reached the project"
+            );
+            let mark = s.prepare().unwrap();
+            assert_eq!(run_in(&s, "cat target/out"), "built\n", "{kind} {choice:?}");
+            let _ = s.changes(&mark).unwrap();
+
+            // 2. The developer edits the project between commands: the next command sees it.
+            std::fs::write(w.project.join("a.txt"), "edited by the developer\n").unwrap();
+            let mark = s.prepare().unwrap();
+            assert_eq!(
+                run_in(&s, "cat a.txt"),
+                "edited by the developer\n",
+                "{kind} {choice:?}"
+            );
+            let _ = s.changes(&mark).unwrap();
+
+            // 3. A conflict: the project changes after the command started; apply refuses.
+            let mark = s.prepare().unwrap();
+            run_in(&s, "echo from-the-command > a.txt");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::fs::write(w.project.join("a.txt"), "edited during the command\n").unwrap();
+            let set = s.changes(&mark).unwrap();
+            assert_eq!(set.changes.len(), 1);
+            let err = s.apply(&set).unwrap_err();
+            assert!(matches!(err, StagingError::Conflict { .. }), "{err}");
+            assert_eq!(
+                std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+                "edited during the command\n",
+                "a refused apply changed the project"
+            );
+            s.discard(&set).unwrap();
+
+            // 4. An incomplete list (the entry limit): only discard.
+            s.set_entry_limit(3);
+            let mark = s.prepare().unwrap();
+            run_in(&s, "for i in 1 2 3 4 5 6; do echo $i > n$i.txt; done");
+            let set = s.changes(&mark).unwrap();
+            assert!(set.incomplete.is_some(), "{kind} {choice:?}");
+            assert!(!set.can_apply());
+            assert!(s.apply(&set).is_err());
+            assert!(!w.project.join("n1.txt").exists());
+            s.discard(&set).unwrap();
+            s.close().unwrap();
+        }
+    }
+}
