@@ -173,7 +173,7 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
     }
     if !set.ignored_counts.is_empty() {
         out.push('\n');
-        out.push_str("Not applied (ignored by git, or not a file or link); kept in staging for the next command:\n");
+        out.push_str("Never applied (ignored by git, or not a file or link); they stay in this session's staging folder only:\n");
         for (k, v) in &set.ignored_counts {
             let _ = writeln!(
                 out,

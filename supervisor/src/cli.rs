@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use garuda_policy::{CommandMode, ExecutorChoice, GitGuard, HostEnv, SourceKind, StagingBackend};
-use garuda_staging::{BackendChoice, Session};
+use garuda_staging::{BackendChoice, Session, StagingError};
 
 use crate::executor::{self, CommandSpec, ExecutorKind, StdioMode};
 
@@ -363,6 +363,11 @@ fn run_staged(
         }
         Decision::Apply => match session.apply(&set) {
             Ok(applied) => eprintln!("garuda: applied: {applied}"),
+            // Past the commit point the change is applied, only not finished: the journal
+            // finishes it at the next start (or when this session closes). Do not discard.
+            Err(e @ StagingError::CommitUnfinished { .. }) => {
+                eprintln!("garuda: the change is committed but not fully written: {e}");
+            }
             Err(e) => {
                 session.discard(&set)?;
                 eprintln!("garuda: nothing was applied: {e}; the change was discarded and the project did not change");
