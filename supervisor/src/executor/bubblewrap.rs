@@ -252,8 +252,12 @@ fn make_pids_cgroup(max: u32) -> Option<PathBuf> {
 /// Remove a per-command cgroup. bwrap's PID 1 is gone, so the kernel is killing whatever is
 /// left; kill it ourselves too and retry until the cgroup is empty (bounded: ~1 s).
 fn remove_cgroup(dir: &Path) {
-    for _ in 0..200 {
-        if std::fs::remove_dir(dir).is_ok() {
+    // The namespace's processes are being torn down by the kernel right now: start polling
+    // fast (teardown takes well under a millisecond) and back off to 10 ms, ~1 s in all.
+    let mut pause = std::time::Duration::from_micros(50);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        if std::fs::remove_dir(dir).is_ok() || std::time::Instant::now() > deadline {
             return;
         }
         if let Ok(pids) = std::fs::read_to_string(dir.join("cgroup.procs")) {
@@ -264,7 +268,8 @@ fn remove_cgroup(dir: &Path) {
                 let _ = sys::kill(pid, libc::SIGKILL);
             }
         }
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(10));
     }
 }
 
