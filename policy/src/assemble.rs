@@ -457,6 +457,32 @@ mod tests {
     }
 
     #[test]
+    fn worktree_private_folders_and_module_repositories_are_protected() {
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        let private = fx.project(".git/worktrees/elsewhere");
+        mkdir(&private);
+        write(&private.join("commondir"), b"../..\n");
+        write(&private.join("gitdir"), b"/somewhere/else/.git\n");
+        let module = fx.project(".git/modules/lib");
+        mkdir(&module);
+        write(&module.join("config"), b"[core]\n");
+        let policy = fx.build().unwrap();
+        for p in [
+            private.join("commondir"),
+            private.join("gitdir"),
+            module.join("config"),
+            module.join("hooks"),
+        ] {
+            assert!(
+                policy.read_only_paths.contains(&p),
+                "{} not protected",
+                p.display()
+            );
+        }
+    }
+
+    #[test]
     fn git_metadata_outside_writable_roots_is_not_listed() {
         let fx = Fixture::new();
         let main = fx.at("elsewhere/repo");

@@ -55,8 +55,20 @@ fn git_dirs(policy: &ExecPolicy) -> Vec<&Path> {
 impl GitGuard {
     /// Record the redirect files of every git directory the policy protects.
     pub fn snapshot(policy: &ExecPolicy) -> GitGuard {
-        let entries = git_dirs(policy)
-            .into_iter()
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for d in git_dirs(policy) {
+            dirs.push(d.to_path_buf());
+            // Linked worktrees' private folders redirect with their own `commondir`.
+            if let Ok(entries) = std::fs::read_dir(d.join("worktrees")) {
+                for e in entries.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        dirs.push(e.path());
+                    }
+                }
+            }
+        }
+        let entries = dirs
+            .iter()
             .flat_map(|d| REDIRECTS.iter().map(move |r| d.join(r)))
             .map(|p| {
                 let content = std::fs::read(&p).ok();

@@ -147,7 +147,21 @@ impl Walker<'_> {
         // supervisor's git guard removes one that a command creates (see `GitGuard`).
         self.protect_if_present(&dir.join("commondir"))?;
         // Read by git when `extensions.worktreeConfig` is on (a config change, itself protected).
-        self.protect_if_present(&dir.join("config.worktree"))
+        self.protect_if_present(&dir.join("config.worktree"))?;
+        // Linked worktrees' private folders: a rewritten `commondir` or `gitdir` there sends
+        // the git of a worktree checked out elsewhere (maybe outside the project) to a
+        // repository the command made.
+        for private in subdirs(&dir.join("worktrees"))? {
+            for name in ["commondir", "gitdir", "config.worktree", "config"] {
+                self.protect_if_present(&private.join(name))?;
+            }
+            self.protect_if_present(&private.join("hooks"))?;
+        }
+        // Submodules' repositories, also those with no checkout in the project.
+        for module in subdirs(&dir.join("modules"))? {
+            self.git_dir(&module)?;
+        }
+        Ok(())
     }
 
     /// A `.git` file (worktree or submodule) in `parent`: follow `gitdir:` and, from there,
@@ -179,6 +193,28 @@ impl Walker<'_> {
         let common = resolve_pointer(&commondir_file, &gitdir, &text)?;
         self.git_dir(&common)
     }
+}
+
+/// The real subdirectories (not links) of `dir`; none when `dir` does not exist.
+fn subdirs(dir: &Path) -> Result<Vec<PathBuf>, PolicyError> {
+    let list_error = |source| PolicyError::ReadDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(list_error(e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(list_error)?;
+        if entry.file_type().map_err(list_error)?.is_dir() {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// Reads a git pointer file and strips the line ending git strips.
