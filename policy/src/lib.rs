@@ -85,11 +85,13 @@
 #![deny(missing_docs)]
 
 mod assemble;
+pub mod command;
 mod env;
 mod error;
 mod exec;
 mod host;
 mod paths;
+pub mod rule;
 mod sensitive;
 mod settings;
 mod walk;
@@ -98,12 +100,14 @@ mod walk;
 mod test_support;
 
 pub use assemble::build_exec_policy;
+pub use command::{SimpleCommand, SplitError};
 pub use env::DEFAULT_ENV_ALLOW;
 pub use error::PolicyError;
 mod git_guard;
 pub use exec::{ExecPolicy, Limits, NetworkMode, StagedView};
 pub use git_guard::{GitGuard, GuardViolation};
 pub use host::HostEnv;
+pub use rule::{Rule, RuleError};
 pub use sensitive::{is_env_file_name, HomeEntry, HOME_SECRETS, PACKAGE_CACHES};
 pub use settings::{
     load_settings, load_settings_from, CommandMode, EffectiveSettings, ExecutorChoice, Origin,
