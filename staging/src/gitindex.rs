@@ -158,33 +158,15 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
-    use std::process::Command;
 
-    fn git(dir: &Path, args: &[&str]) -> bool {
-        Command::new("git")
-            .args([
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "core.hooksPath=/dev/null",
-            ])
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", dir)
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false)
-    }
+    use crate::test_git::git;
 
-    fn repo_with(version: &str) -> Option<tempfile::TempDir> {
+    fn repo_with(version: &str) -> tempfile::TempDir {
         let t = tempfile::tempdir().unwrap();
-        if !git(t.path(), &["init", "-q"]) {
-            return None;
-        }
+        assert!(
+            git(t.path(), &["init", "-q"]),
+            "git is needed for this test"
+        );
         for p in [
             "a.txt",
             "src/lib.rs",
@@ -201,16 +183,13 @@ mod tests {
         std::fs::write(t.path().join(&long), "x").unwrap();
         assert!(git(t.path(), &["add", "-A"]));
         assert!(git(t.path(), &["update-index", "--index-version", version]));
-        Some(t)
+        t
     }
 
     #[test]
     fn reads_indexes_written_by_git() {
         for version in ["2", "3", "4"] {
-            let Some(t) = repo_with(version) else {
-                eprintln!("git is not available: skipped");
-                return;
-            };
+            let t = repo_with(version);
             // Version 3 only differs when an entry has extended flags: intent-to-add does.
             if version == "3" {
                 std::fs::write(t.path().join("ita.txt"), "i").unwrap();

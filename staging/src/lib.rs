@@ -169,3 +169,6 @@ pub use error::{Result, StagingError};
 pub use render::{escape_text, render, DIFF_CHAR_LIMIT};
 pub use sensitive::{is_sensitive_name, is_sensitive_path};
 pub use session::{Backend, BackendChoice, CommandMark, Session, PLAIN_COPY_CAP};
+
+#[cfg(test)]
+mod test_git;

@@ -264,7 +264,6 @@ fn load_rules(path: &Path, root: &Path) -> Option<Gitignore> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Command;
 
     fn write(root: &Path, rel: &str, content: &str) {
         let p = root.join(rel);
@@ -316,27 +315,8 @@ mod tests {
     fn tracked_files_and_a_project_below_the_repository_root() {
         let t = tempfile::tempdir().unwrap();
         let root = fs::canonicalize(t.path()).unwrap();
-        let git = |args: &[&str]| {
-            Command::new("git")
-                .args([
-                    "-c",
-                    "user.name=t",
-                    "-c",
-                    "user.email=t@t",
-                    "-c",
-                    "core.hooksPath=/dev/null",
-                ])
-                .args(args)
-                .current_dir(&root)
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .env("HOME", &root)
-                .output()
-                .is_ok_and(|o| o.status.success())
-        };
-        if !git(&["init", "-q"]) {
-            eprintln!("git is not available: skipped");
-            return;
-        }
+        let git = |args: &[&str]| crate::test_git::git(&root, args);
+        assert!(git(&["init", "-q"]), "git is needed for this test");
         write(&root, ".gitignore", "*.tmp\n");
         write(&root, "sub/t.tmp", "tracked");
         write(&root, "sub/u.tmp", "untracked");

@@ -6,16 +6,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
 
+mod common;
+use common::{base_dir, garuda, text};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nfake-key-material\n";
-
-fn garuda() -> PathBuf {
-    std::env::var_os("GARUDA_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_garuda")))
-}
 
 struct World {
     _base: tempfile::TempDir,
@@ -25,10 +22,7 @@ struct World {
 
 /// A base folder outside /tmp that the running user owns: under the real home.
 fn world() -> World {
-    let real_home = PathBuf::from(std::env::var_os("HOME").expect("HOME"));
-    let parent = real_home.join(".cache/garuda-cli-tests");
-    std::fs::create_dir_all(&parent).unwrap();
-    let base = tempfile::tempdir_in(&parent).unwrap();
+    let base = base_dir("garuda-cli-tests");
     let home = base.path().join("home");
     let project = base.path().join("project");
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
@@ -55,10 +49,6 @@ fn sandbox(w: &World, args: &[&str], cmd: &[&str]) -> Output {
         .env_remove("GARUDA_HOME")
         .output()
         .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]

@@ -6,14 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
 
+mod common;
+use common::{base_dir, garuda, text};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn garuda() -> PathBuf {
-    std::env::var_os("GARUDA_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_garuda")))
-}
 
 struct World {
     _base: tempfile::TempDir,
@@ -22,10 +19,7 @@ struct World {
 }
 
 fn world() -> World {
-    let real_home = PathBuf::from(std::env::var_os("HOME").unwrap());
-    let parent = real_home.join(".cache/garuda-staged-tests");
-    std::fs::create_dir_all(&parent).unwrap();
-    let base = tempfile::tempdir_in(&parent).unwrap();
+    let base = base_dir("garuda-staged-tests");
     let home = base.path().join("home");
     let project = base.path().join("project");
     std::fs::create_dir_all(&home).unwrap();
@@ -76,10 +70,6 @@ fn garuda_in(w: &World, args: &[&str], cmd: &str, env: &[(&str, &str)]) -> Outpu
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn read(p: &Path) -> String {

@@ -4,6 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
 
+mod common;
+use common::base_dir;
+
 use std::path::{Path, PathBuf};
 
 use garuda_policy::{build_exec_policy, load_settings_from, ExecPolicy, HostEnv, StagedView};
@@ -17,10 +20,7 @@ struct World {
 }
 
 fn world() -> World {
-    let real_home = PathBuf::from(std::env::var_os("HOME").unwrap());
-    let parent = real_home.join(".cache/garuda-staged-view-tests");
-    std::fs::create_dir_all(&parent).unwrap();
-    let base = tempfile::tempdir_in(&parent).unwrap();
+    let base = base_dir("garuda-staged-view-tests");
     let home = base.path().join("home");
     let project = base.path().join("project");
     let staging = base.path().join("staging");

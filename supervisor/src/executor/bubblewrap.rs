@@ -180,7 +180,9 @@ pub fn availability() -> Result<String, String> {
     } else if pids_cgroup_base().is_some() {
         "process limit: pids cgroup"
     } else {
-        "NO process limit: root is exempt from RLIMIT_NPROC and there is no pids cgroup"
+        return Err(
+            "as root, bubblewrap needs a pids cgroup for its process limit (root is exempt from RLIMIT_NPROC) and this machine has none".into(),
+        );
     };
     Ok(format!(
         "{} {major}.{minor}.{patch}; {limit}",
@@ -366,7 +368,13 @@ impl Executor for BubblewrapExecutor {
                 None,
                 CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).ok(),
             ),
-            ProcessLimit::None => (None, None),
+            // Fail closed: without a process limit a fork bomb would reach the host.
+            ProcessLimit::None => {
+                return Err(ExecError::Unavailable {
+                    executor: ExecutorKind::Bubblewrap,
+                    reason: "as root, bubblewrap needs a pids cgroup for the process limit (root is exempt from RLIMIT_NPROC) and none could be made; use the landlock executor".into(),
+                })
+            }
         };
         let mut keep = fds.empty.clone();
         keep.push(fds.seccomp);

@@ -121,7 +121,10 @@ pub fn layout(policy: &ExecPolicy) -> Vec<Op> {
             Ok(m) if m.is_dir() => ops.push(Op::UnreadableDir(p.clone())),
             Ok(_) => ops.push(Op::UnreadableFile(p.clone())),
             // Gone since the policy was built: nothing left to hide.
-            Err(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Cannot tell what it is: still mask it. If it is a directory the file mount fails
+            // and the command does not start (fail closed), never an unmasked secret.
+            Err(_) => ops.push(Op::UnreadableFile(p.clone())),
         }
     }
     ops
