@@ -208,10 +208,7 @@ mod tests {
             build_exec_policy(&self.tmp.path().join("project"), &self.settings, &self.host)
         }
         fn origin(&self, kind: SourceKind) -> Origin {
-            Origin {
-                kind,
-                path: self.tmp.path().join(format!("{kind}.json")),
-            }
+            Origin::file(kind, self.tmp.path().join(format!("{kind}.json")))
         }
         fn allow_writable(&mut self, path: PathBuf) {
             let origin = self.origin(SourceKind::User);

@@ -48,7 +48,11 @@ pub enum PolicyError {
     },
 
     /// A settings file is larger than [`crate::MAX_SETTINGS_BYTES`].
-    #[error("{}: settings file has {size} bytes, more than the limit of {limit}", path.display())]
+    #[error(
+        "{}:{line}:{column}: settings file has {size} bytes, more than the limit of {limit} \
+         (reached here)",
+        path.display()
+    )]
     SettingsTooLarge {
         /// The settings file.
         path: PathBuf,
@@ -56,6 +60,10 @@ pub enum PolicyError {
         size: u64,
         /// The limit.
         limit: u64,
+        /// Line where the limit is crossed.
+        line: usize,
+        /// Column where the limit is crossed.
+        column: usize,
     },
 
     /// A settings file is not valid UTF-8.
@@ -83,49 +91,41 @@ pub enum PolicyError {
         message: String,
     },
 
-    /// A project file asks for the `host` executor, which would turn the sandbox off.
-    #[error(
-        "{}: a project cannot set \"executor\": \"host\": a project can only tighten the sandbox",
-        path.display()
-    )]
-    ProjectDisablesSandbox {
-        /// The project settings file.
-        path: PathBuf,
-    },
-
-    /// A project file sets a key that widens the sandbox.
-    #[error(
-        "{}: a project cannot set \"{key}\": a cloned repository must not widen the sandbox \
-         (set it in the user policy instead)",
-        path.display()
-    )]
-    ProjectWidensSandbox {
-        /// The project settings file.
-        path: PathBuf,
-        /// The refused key, dotted (`sandbox.writable`, `env.allow`).
-        key: &'static str,
-    },
-
-    /// A path entry of a settings file is not acceptable.
-    #[error("{}: \"{key}\" entry {value:?}: {reason}", path.display())]
-    InvalidSettingsPath {
+    /// A value of a settings file parses but is refused: a project widening the policy, a rule
+    /// or host that does not parse, a path with `..`, a key reserved to the managed file.
+    #[error("{}:{line}:{column}: \"{key}\": {message}", path.display())]
+    SettingsValue {
         /// The settings file.
         path: PathBuf,
-        /// The key holding the entry, dotted.
-        key: &'static str,
-        /// The entry as written.
-        value: String,
+        /// 1-based line of the value.
+        line: usize,
+        /// 1-based column of the value.
+        column: usize,
+        /// The dotted key (`permissions.allow[2]`).
+        key: String,
         /// Why it is refused.
-        reason: &'static str,
+        message: String,
     },
 
-    /// An `env.allow` entry is not a possible environment variable name.
-    #[error("{}: \"env.allow\" entry {value:?} is not a valid environment variable name", path.display())]
-    InvalidEnvName {
-        /// The settings file.
-        path: PathBuf,
-        /// The entry as written.
-        value: String,
+    /// A command-line flag would loosen the policy files.
+    #[error("{flag} is refused: {reason}")]
+    FlagRefused {
+        /// The flag and its value.
+        flag: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// The host executor was chosen where an OS sandbox is required.
+    #[error(
+        "executor host ({chosen_by}) is not allowed: {required_by} requires an OS sandbox \
+         (profile strict or requireSandbox); remove the host executor setting"
+    )]
+    HostExecutorForbidden {
+        /// Where the host executor was chosen.
+        chosen_by: String,
+        /// Where the sandbox was required.
+        required_by: String,
     },
 
     /// An existing path could not be resolved to its canonical form.

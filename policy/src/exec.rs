@@ -10,12 +10,96 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How a command may use the network. The safest variant is the default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+///
+/// # Wiring the proxy (supervisor side)
+///
+/// The supervisor starts its allowlist proxy for a command on a unix socket of its own (mode
+/// 0600, speaking HTTP absolute-form and `CONNECT`) and sets
+/// `policy.network = NetworkMode::Proxy { socket, port }`. The executor does the rest: the
+/// command still gets a network namespace with only loopback, a listener on `127.0.0.1:port`
+/// *inside* that namespace forwards every TCP connection to `socket`, and the command's
+/// environment gets [`NetworkMode::proxy_env`] (replacing any proxy variables of
+/// `ExecPolicy::env`). `garuda_supervisor::netbridge` has the checks and the forwarder, and
+/// `docs/executors.md` ("Network through the proxy") the details per executor.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum NetworkMode {
     /// A network namespace of its own with only a loopback interface: no route anywhere,
     /// including the host's loopback services.
     #[default]
     Isolated,
+    /// [`NetworkMode::Isolated`], plus HTTP and HTTPS through the supervisor's proxy: a
+    /// listener on `127.0.0.1:port` in the command's own network namespace forwards each
+    /// connection to the proxy's unix socket, and the proxy variables of
+    /// [`NetworkMode::proxy_env`] point there. A command that ignores them, or opens a raw
+    /// socket, still has no route anywhere.
+    Proxy {
+        /// The proxy's unix socket on the host: an absolute path (at most 107 bytes, the size
+        /// of a unix socket address), created by the proxy with mode 0600.
+        socket: PathBuf,
+        /// The loopback port the command is told to use (`http://127.0.0.1:<port>`); not 0.
+        /// Inside a network namespace any port is free; the `host` and `seatbelt` executors
+        /// have none and listen on the host's loopback, where it must be free.
+        port: u16,
+    },
+}
+
+impl NetworkMode {
+    /// Variables that name the proxy, each set to `http://127.0.0.1:<port>` in proxy mode.
+    /// Both spellings: curl reads only the lower-case `http_proxy`, other tools the upper case.
+    pub const PROXY_VARS: [&'static str; 6] = [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ];
+
+    /// Variables that list the hosts reached without the proxy, set to [`Self::NO_PROXY`].
+    pub const NO_PROXY_VARS: [&'static str; 2] = ["NO_PROXY", "no_proxy"];
+
+    /// Hosts reached directly in proxy mode: loopback only. Inside the command's network
+    /// namespace the loopback is the command's own (a test server it started); the proxy, on
+    /// the host, would reach the host's loopback instead (and refuses loopback targets).
+    pub const NO_PROXY: &'static str = "localhost,127.0.0.1,::1";
+
+    /// The environment a command gets in this mode on top of `ExecPolicy::env` (which loses
+    /// every variable of the same name, in any case): the six [`Self::PROXY_VARS`] and the two
+    /// [`Self::NO_PROXY_VARS`] in proxy mode, nothing when isolated.
+    pub fn proxy_env(&self) -> Vec<(OsString, OsString)> {
+        match self {
+            NetworkMode::Isolated => Vec::new(),
+            NetworkMode::Proxy { port, .. } => {
+                let url = format!("http://127.0.0.1:{port}");
+                Self::PROXY_VARS
+                    .iter()
+                    .map(|k| (OsString::from(k), OsString::from(&url)))
+                    .chain(
+                        Self::NO_PROXY_VARS
+                            .iter()
+                            .map(|k| (OsString::from(k), OsString::from(Self::NO_PROXY))),
+                    )
+                    .collect()
+            }
+        }
+    }
+
+    /// `policy_env` with every variable that [`Self::proxy_env`] sets removed (names compared
+    /// without case, so `Http_Proxy` from the host cannot survive), then [`Self::proxy_env`]
+    /// appended. In isolated mode `policy_env` is returned unchanged.
+    pub fn command_env(&self, policy_env: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
+        let extra = self.proxy_env();
+        if extra.is_empty() {
+            return policy_env.to_vec();
+        }
+        let mut env: Vec<(OsString, OsString)> = policy_env
+            .iter()
+            .filter(|(k, _)| !extra.iter().any(|(name, _)| name.eq_ignore_ascii_case(k)))
+            .cloned()
+            .collect();
+        env.extend(extra);
+        env
+    }
 }
 
 /// Resource limits applied to the whole process tree of one command.
@@ -93,10 +177,63 @@ pub struct ExecPolicy {
 }
 
 impl ExecPolicy {
+    /// The command's complete environment: [`ExecPolicy::env`] adjusted for the network mode
+    /// ([`NetworkMode::command_env`]). Every executor starts the command with exactly this.
+    pub fn command_env(&self) -> Vec<(OsString, OsString)> {
+        self.network.command_env(&self.env)
+    }
+
     /// True when `path` lies inside one of the writable roots (component-wise prefix).
     pub fn is_under_writable_root(&self, path: &Path) -> bool {
         self.writable_roots
             .iter()
             .any(|root| path.starts_with(root))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect()
+    }
+
+    #[test]
+    fn isolated_mode_adds_no_variables() {
+        let env = os(&[("PATH", "/usr/bin"), ("HTTPS_PROXY", "http://host:1")]);
+        assert!(NetworkMode::Isolated.proxy_env().is_empty());
+        assert_eq!(NetworkMode::Isolated.command_env(&env), env);
+    }
+
+    #[test]
+    fn proxy_mode_replaces_every_proxy_variable() {
+        let mode = NetworkMode::Proxy {
+            socket: "/run/garuda/proxy.sock".into(),
+            port: 3128,
+        };
+        let env = os(&[
+            ("PATH", "/usr/bin"),
+            ("Http_Proxy", "http://evil:1"),
+            ("no_proxy", "*"),
+            ("LANG", "C"),
+        ]);
+        let url = "http://127.0.0.1:3128";
+        let want = os(&[
+            ("PATH", "/usr/bin"),
+            ("LANG", "C"),
+            ("HTTP_PROXY", url),
+            ("HTTPS_PROXY", url),
+            ("ALL_PROXY", url),
+            ("http_proxy", url),
+            ("https_proxy", url),
+            ("all_proxy", url),
+            ("NO_PROXY", "localhost,127.0.0.1,::1"),
+            ("no_proxy", "localhost,127.0.0.1,::1"),
+        ]);
+        assert_eq!(mode.command_env(&env), want);
     }
 }

@@ -1,51 +1,49 @@
-//! Garuda's settings files and the [`ExecPolicy`] every sandboxed command runs under.
+//! Garuda's policy: its sources and merge, the permission engine, and the [`ExecPolicy`] every
+//! sandboxed command runs under.
 //!
-//! This crate answers two questions for the supervisor, and nothing else touches either:
-//! *which settings are in force* ([`load_settings`]) and *what exactly may a command see,
-//! write and inherit* ([`build_exec_policy`]). It performs no confinement itself: executors in
-//! the supervisor enforce the [`ExecPolicy`] it produces.
+//! This crate answers three questions for the supervisor, and nothing else touches them:
+//! *which policy is in force* ([`load_policy`]), *may this request run*
+//! ([`engine::Engine::decide`]) and *what exactly may a command see, write and inherit*
+//! ([`build_exec_policy`]). It performs no confinement itself: executors in the supervisor
+//! enforce the [`ExecPolicy`] it produces.
 //!
-//! # Settings sources
+//! # Sources
 //!
-//! Three JSON files are read, strictest first:
+//! Read strictest first:
 //!
 //! | source | path | who writes it |
 //! |---|---|---|
-//! | managed | [`MANAGED_POLICY_PATH`] (`/etc/garuda/managed-policy.json`) | the team lead, as root |
+//! | managed | [`MANAGED_POLICY_PATH`], then [`MANAGED_DROPIN_DIR`]`/*.json` in name order | the team lead, as root |
 //! | user | `$GARUDA_HOME/policy.json` (default `~/.garuda/policy.json`) | the developer |
 //! | project | `<project>/.garuda/settings.json` | whoever wrote the repository |
+//! | flags | [`Flags`]: `--strict`, `--staged`, `--executor`, `--allow-host` | the person at the keyboard |
 //!
-//! The managed path is a constant: no environment variable, flag or setting relocates or
-//! disables it, because the people it constrains control all of those.
-//!
-//! Every file has the same format, and every key is optional:
-//!
-//! ```json
-//! { "executor": "auto",
-//!   "sandbox": { "unreadable": ["~/.config/secret-tool", "/opt/keys", "secrets/prod.pem"],
-//!                "writable": ["~/.cache/mytool"] },
-//!   "env": { "allow": ["NPM_TOKEN"] } }
-//! ```
+//! The managed paths are constants: no environment variable, flag or setting relocates or
+//! disables them, because the people they constrain control all of those.
 //!
 //! Loading fails closed. A file that does not exist is simply absent; a file that exists but
 //! cannot be read, is larger than [`MAX_SETTINGS_BYTES`], is not UTF-8, or does not parse (an
-//! unknown key, a wrong type, a duplicate key, truncated JSON) is an error that names the file,
-//! line and column. A broken managed file in particular is never skipped: skipping it would
-//! silently drop the team's rules.
+//! unknown key, a wrong type, a duplicate key, truncated JSON), or holds a value that is
+//! refused, is an error that names the file, line and column.
 //!
-//! # Merge: a project can only tighten
+//! # Merge: strictest wins
 //!
-//! A repository is untrusted input: cloning one must not weaken the sandbox. So:
+//! Every key takes the strictest source: deny and ask rules and unreadable paths are unions;
+//! `profile: strict`, `requireSandbox`, staged commands and audit checkpoints are on when any
+//! source turns them on; allow rules and network hosts from the user and project are dropped
+//! when the managed file says `managedRulesOnly` / `managedHostsOnly`. A project file may only
+//! tighten: `executor: "host"`, `sandbox.writable`, `env.allow`, `permissions.allow`,
+//! `network.allow` and `audit.witness` in it are errors. The strict profile implies
+//! `requireSandbox`, under which the host executor is an error wherever it is chosen. Every
+//! value keeps its [`Origin`] (file and line), so `garuda policy` can say where it came from.
+//! `docs/policy.md` has the full table; `tests/merge_properties.rs` checks it as a property.
 //!
-//! - `executor` comes from the highest-precedence file that sets it (managed, then user, then
-//!   project), and a project file that says `"host"` is an error.
-//! - `sandbox.unreadable` is the union of all three files. Relative entries are relative to the
-//!   project root, `~/` is the home directory, absolute paths are used as is; `..` is refused
-//!   so an entry cannot point somewhere other than it appears to.
-//! - `sandbox.writable` and `env.allow` widen the sandbox, so they are accepted only from the
-//!   managed and user files; in a project file they are an error naming the file and key.
+//! # The permission engine
 //!
-//! Every merged value keeps its [`Origin`], so `garuda policy` can say where it came from.
+//! [`engine`] decides one request in the source design's order: sensitive path, write into
+//! `.git`, deny rule, sandbox requirement, plan mode, ask rule, read-only tool, sandboxed
+//! command, allow or session rule, otherwise ask. Command lines are split by [`command::split`]
+//! on a real shell parser; rules are [`rule::Rule`].
 //!
 //! # The ExecPolicy
 //!
@@ -86,10 +84,14 @@
 
 mod assemble;
 pub mod command;
+mod describe;
+pub mod engine;
 mod env;
 mod error;
 mod exec;
 mod host;
+mod locate;
+pub mod network;
 mod paths;
 pub mod rule;
 mod sensitive;
@@ -101,6 +103,7 @@ mod test_support;
 
 pub use assemble::build_exec_policy;
 pub use command::{SimpleCommand, SplitError};
+pub use describe::{describe, render as render_entries, Entry};
 pub use env::DEFAULT_ENV_ALLOW;
 pub use error::PolicyError;
 mod git_guard;
@@ -110,10 +113,15 @@ pub use host::HostEnv;
 pub use rule::{Rule, RuleError};
 pub use sensitive::{is_env_file_name, HomeEntry, HOME_SECRETS, PACKAGE_CACHES};
 pub use settings::{
-    load_settings, load_settings_from, CommandMode, EffectiveSettings, ExecutorChoice, Origin,
-    SourceKind, StagingBackend, MAX_SETTINGS_BYTES,
+    exercise_policy, load_policy, load_policy_from, load_settings, load_settings_from, merge_texts,
+    CommandMode, Dropped, EffectiveSettings, ExecutorChoice, Flags, Origin, Profile, RuleList,
+    SourceKind, SourcePaths, SourcedRule, StagingBackend, MAX_SETTINGS_BYTES,
 };
 
 /// Where the team's managed policy lives. Fixed on purpose: nothing (no environment variable,
 /// no flag, no other settings file) relocates or disables it.
 pub const MANAGED_POLICY_PATH: &str = "/etc/garuda/managed-policy.json";
+
+/// Where the team's managed drop-ins live (`*.json`, merged after [`MANAGED_POLICY_PATH`] in
+/// name order). Fixed for the same reason.
+pub const MANAGED_DROPIN_DIR: &str = "/etc/garuda/managed-policy.d";

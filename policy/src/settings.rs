@@ -1,15 +1,24 @@
-//! Settings files: where they live, their format, how each is read and how the three merge.
+//! Policy files: where they live, their format, how each is read and how they merge.
+//!
+//! Sources, strictest first: the managed file ([`MANAGED_POLICY_PATH`]) and its drop-ins
+//! ([`MANAGED_DROPIN_DIR`]`/*.json`, in name order), the user file (`$GARUDA_HOME/policy.json`),
+//! the project file (`<project>/.garuda/settings.json`) and the command-line [`Flags`]. Every
+//! value takes the strictest source: see the crate documentation for the table.
 
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::error::PolicyError;
 use crate::host::HostEnv;
-use crate::MANAGED_POLICY_PATH;
+use crate::locate::Positions;
+use crate::network::{HostPattern, HostPatternError};
+use crate::rule::Rule;
+use crate::{MANAGED_DROPIN_DIR, MANAGED_POLICY_PATH};
 
 /// Largest settings file accepted, in bytes (1 MiB). A larger one is an error, not truncated.
 pub const MAX_SETTINGS_BYTES: u64 = 1024 * 1024;
@@ -27,7 +36,8 @@ pub enum ExecutorChoice {
     Landlock,
     /// `sandbox-exec` on macOS.
     Seatbelt,
-    /// No isolation; every command asks. Never accepted from a project file.
+    /// No isolation; every command asks. Never accepted from a project file, nor under
+    /// `requireSandbox` or the strict profile.
     Host,
 }
 
@@ -50,15 +60,39 @@ impl fmt::Display for ExecutorChoice {
     }
 }
 
-/// The kind of settings file a value came from, strictest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The profile. `strict` requires an OS sandbox (no host fallback, no `outside_sandbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    /// Sandboxed commands where a sandbox exists; `auto` may fall back to the host executor
+    /// (with a notice), and a command may ask to run outside the sandbox.
+    #[default]
+    Default,
+    /// An OS sandbox is required: no host fallback, `executor: "host"` is an error,
+    /// `outside_sandbox` does not exist, and Garuda refuses to start without a sandbox.
+    Strict,
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Profile::Default => "default",
+            Profile::Strict => "strict",
+        })
+    }
+}
+
+/// The kind of source a value came from, strictest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SourceKind {
-    /// [`MANAGED_POLICY_PATH`], written by the team lead.
+    /// [`MANAGED_POLICY_PATH`] or one of its drop-ins, written by the team lead.
     Managed,
     /// `$GARUDA_HOME/policy.json`, written by the developer.
     User,
     /// `<project>/.garuda/settings.json`, written by whoever wrote the repository.
     Project,
+    /// A command-line flag; [`Origin::path`] holds the flag (`--strict`).
+    Flag,
 }
 
 impl fmt::Display for SourceKind {
@@ -67,34 +101,119 @@ impl fmt::Display for SourceKind {
             SourceKind::Managed => "managed",
             SourceKind::User => "user",
             SourceKind::Project => "project",
+            SourceKind::Flag => "flag",
         })
     }
 }
 
-/// Where a value came from: the kind of source and the file that was read.
+/// Where a value came from: the kind of source, the file (or flag) and the line.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Origin {
     /// The kind of source.
     pub kind: SourceKind,
-    /// The settings file.
+    /// The settings file; for [`SourceKind::Flag`], the flag as typed (`--executor`).
     pub path: PathBuf,
+    /// The line of the value in the file (1-based); `None` for a whole file or a flag.
+    pub line: Option<usize>,
+}
+
+impl Origin {
+    /// A whole file (no line).
+    pub fn file(kind: SourceKind, path: impl Into<PathBuf>) -> Origin {
+        Origin {
+            kind,
+            path: path.into(),
+            line: None,
+        }
+    }
+
+    /// A command-line flag.
+    pub fn flag(flag: &str) -> Origin {
+        Origin::file(SourceKind::Flag, flag)
+    }
+
+    fn at(&self, line: usize) -> Origin {
+        Origin {
+            line: Some(line),
+            ..self.clone()
+        }
+    }
 }
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} settings {}", self.kind, self.path.display())
+        match (self.kind, self.line) {
+            (SourceKind::Flag, _) => write!(f, "command-line flag {}", self.path.display()),
+            (kind, Some(line)) => write!(f, "{kind} {}:{line}", self.path.display()),
+            (kind, None) => write!(f, "{kind} {}", self.path.display()),
+        }
     }
 }
 
-/// The merged settings of all sources, each value with its origin.
+/// Which list of `"permissions"` a rule is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleList {
+    /// `permissions.allow`: the request runs without asking.
+    Allow,
+    /// `permissions.ask`: the request asks even where it would be allowed.
+    Ask,
+    /// `permissions.deny`: the request is refused.
+    Deny,
+}
+
+impl fmt::Display for RuleList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RuleList::Allow => "allow",
+            RuleList::Ask => "ask",
+            RuleList::Deny => "deny",
+        })
+    }
+}
+
+/// One permission rule with the list it is in and where it was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourcedRule {
+    /// allow, ask or deny.
+    pub list: RuleList,
+    /// The parsed rule.
+    pub rule: Rule,
+    /// The file and line.
+    pub origin: Origin,
+}
+
+/// A value of a lower source that the merge left out, and the managed file that said so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    /// The dotted key (`permissions.allow`, `network.allow`).
+    pub key: &'static str,
+    /// The value as written.
+    pub value: String,
+    /// Where it was written.
+    pub origin: Origin,
+    /// The managed file (and line) with `managedRulesOnly` / `managedHostsOnly`.
+    pub because: Origin,
+}
+
+/// The merged policy of all sources, each value with its origin.
 ///
 /// Paths are absolute but not yet canonical: [`crate::build_exec_policy`] resolves them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EffectiveSettings {
     /// The executor to use.
     pub executor: ExecutorChoice,
-    /// The file that chose the executor; `None` when no file set it (the default, `auto`).
+    /// The source that chose the executor; `None` when nothing set it (the default, `auto`).
     pub executor_origin: Option<Origin>,
+    /// The profile: strict when any source asks for it.
+    pub profile: Profile,
+    /// The source that made the profile strict.
+    pub profile_origin: Option<Origin>,
+    /// An OS sandbox is required (set by `requireSandbox: true` or implied by strict): no host
+    /// executor, and no start without a sandbox.
+    pub require_sandbox: bool,
+    /// The source that required the sandbox.
+    pub require_sandbox_origin: Option<Origin>,
     /// `sandbox.unreadable` of all sources, deduplicated (the strictest origin is kept).
     pub extra_unreadable: Vec<(PathBuf, Origin)>,
     /// `sandbox.writable` of the managed and user sources, deduplicated.
@@ -103,14 +222,43 @@ pub struct EffectiveSettings {
     pub env_allow: Vec<(String, Origin)>,
     /// `commands.mode`: staged when any source asks for it (staged is the stricter mode).
     pub command_mode: CommandMode,
-    /// The file that made the mode staged.
+    /// The source that made the mode staged.
     pub command_mode_origin: Option<Origin>,
     /// `staging.backend` of the strictest source that sets it.
     pub staging_backend: StagingBackend,
-    /// The file that chose the staging backend.
+    /// The source that chose the staging backend.
     pub staging_backend_origin: Option<Origin>,
+    /// Every permission rule in force: all deny and ask rules, and the allow rules that the
+    /// managed file did not exclude.
+    pub rules: Vec<SourcedRule>,
+    /// The managed file that said `"managedRulesOnly": true`.
+    pub managed_rules_only: Option<Origin>,
+    /// The managed file that said `"managedHostsOnly": true`.
+    pub managed_hosts_only: Option<Origin>,
+    /// `network.allow`: hosts commands may reach through the proxy.
+    pub network_allow: Vec<(HostPattern, Origin)>,
+    /// `audit.checkpoint`: true when any source asks for it.
+    pub audit_checkpoint: bool,
+    /// The source that turned checkpoints on.
+    pub audit_checkpoint_origin: Option<Origin>,
+    /// `audit.witness` of the strictest policy file that sets it, as an argument vector.
+    pub audit_witness: Option<(Vec<String>, Origin)>,
+    /// Values of lower sources left out because of `managedRulesOnly` / `managedHostsOnly`.
+    pub dropped: Vec<Dropped>,
     /// The files actually read, strictest first.
     pub sources: Vec<Origin>,
+}
+
+impl EffectiveSettings {
+    /// The rules of one list, in source order (strictest source first).
+    pub fn rules_in(&self, list: RuleList) -> impl Iterator<Item = &SourcedRule> {
+        self.rules.iter().filter(move |r| r.list == list)
+    }
+
+    /// True when the strict profile is in force.
+    pub fn is_strict(&self) -> bool {
+        self.profile == Profile::Strict
+    }
 }
 
 /// How commands touch the project. The default is direct; staged is stricter, so any source
@@ -138,16 +286,68 @@ pub enum StagingBackend {
     Copy,
 }
 
+/// What the command line asked for. Flags can only tighten the policy files, with one
+/// exception the user types on purpose: `--allow-host` adds hosts, and is an error when the
+/// managed file says `"managedHostsOnly": true`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// `--executor`: any sandbox, but not one other than the managed file's, and not `host`
+    /// under `requireSandbox` or strict.
+    pub executor: Option<ExecutorChoice>,
+    /// `--staged`.
+    pub staged: bool,
+    /// `--strict`.
+    pub strict: bool,
+    /// `--allow-host`.
+    pub allow_hosts: Vec<String>,
+}
+
+/// The files a policy is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourcePaths {
+    /// The managed file.
+    pub managed: PathBuf,
+    /// The folder of managed drop-ins (`*.json`, merged in name order after `managed`).
+    pub managed_dropins: PathBuf,
+    /// The user file.
+    pub user: PathBuf,
+    /// The project file.
+    pub project: PathBuf,
+}
+
+impl SourcePaths {
+    /// The fixed managed paths, the user's `$GARUDA_HOME/policy.json` and the project's
+    /// `.garuda/settings.json`.
+    pub fn standard(project_root: &Path, host: &HostEnv) -> SourcePaths {
+        SourcePaths {
+            managed: PathBuf::from(MANAGED_POLICY_PATH),
+            managed_dropins: PathBuf::from(MANAGED_DROPIN_DIR),
+            user: host.garuda_home.join("policy.json"),
+            project: project_root.join(".garuda").join("settings.json"),
+        }
+    }
+}
+
 /// One settings file as written. Unknown keys are errors: a misspelled deny rule must not be
 /// silently ignored.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SettingsFile {
     executor: Option<ExecutorChoice>,
+    profile: Option<Profile>,
+    #[serde(rename = "requireSandbox")]
+    require_sandbox: Option<bool>,
+    #[serde(rename = "managedRulesOnly")]
+    managed_rules_only: Option<bool>,
+    #[serde(rename = "managedHostsOnly")]
+    managed_hosts_only: Option<bool>,
     sandbox: Option<SandboxSection>,
     env: Option<EnvSection>,
     commands: Option<CommandsSection>,
     staging: Option<StagingSection>,
+    permissions: Option<PermissionsSection>,
+    network: Option<NetworkSection>,
+    audit: Option<AuditSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -175,23 +375,82 @@ struct EnvSection {
     allow: Option<Vec<String>>,
 }
 
-/// Loads and merges the managed ([`MANAGED_POLICY_PATH`]), user (`garuda_home/policy.json`)
-/// and project (`project_root/.garuda/settings.json`) files.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PermissionsSection {
+    allow: Option<Vec<String>>,
+    ask: Option<Vec<String>>,
+    deny: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NetworkSection {
+    allow: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuditSection {
+    checkpoint: Option<bool>,
+    witness: Option<WitnessCommand>,
+}
+
+/// `audit.witness`: a list of words, or one string split on blanks (no shell quoting: the
+/// command is run as an argument vector, never through a shell).
+#[derive(Debug)]
+struct WitnessCommand(Vec<String>);
+
+impl<'de> Deserialize<'de> for WitnessCommand {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct WitnessVisitor;
+        impl<'de> Visitor<'de> for WitnessVisitor {
+            type Value = WitnessCommand;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a command: a string, or a list of strings")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<WitnessCommand, E> {
+                Ok(WitnessCommand(
+                    v.split_ascii_whitespace().map(String::from).collect(),
+                ))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<WitnessCommand, A::Error> {
+                let mut words = Vec::new();
+                while let Some(word) = seq.next_element::<String>()? {
+                    words.push(word);
+                }
+                Ok(WitnessCommand(words))
+            }
+        }
+        deserializer.deserialize_any(WitnessVisitor)
+    }
+}
+
+/// Loads and merges the standard sources ([`SourcePaths::standard`]) and the flags.
+pub fn load_policy(
+    project_root: &Path,
+    host: &HostEnv,
+    flags: &Flags,
+) -> Result<EffectiveSettings, PolicyError> {
+    load_policy_from(
+        &SourcePaths::standard(project_root, host),
+        host,
+        project_root,
+        flags,
+    )
+}
+
+/// Loads and merges the standard sources with no flags.
 pub fn load_settings(
     project_root: &Path,
     host: &HostEnv,
 ) -> Result<EffectiveSettings, PolicyError> {
-    load_settings_from(
-        Path::new(MANAGED_POLICY_PATH),
-        &host.garuda_home.join("policy.json"),
-        &project_root.join(".garuda").join("settings.json"),
-        host,
-        project_root,
-    )
+    load_policy(project_root, host, &Flags::default())
 }
 
-/// Same as [`load_settings`] with the three file paths given. For tests: the CLI never calls
-/// it, so nothing at run time can point the managed source elsewhere.
+/// Same as [`load_settings`] with the three file paths given and no drop-ins. For tests and
+/// benchmarks: the CLI never calls it, so nothing at run time can point the managed source
+/// elsewhere.
 pub fn load_settings_from(
     managed: &Path,
     user: &Path,
@@ -199,28 +458,99 @@ pub fn load_settings_from(
     host: &HostEnv,
     project_root: &Path,
 ) -> Result<EffectiveSettings, PolicyError> {
-    let mut merged = EffectiveSettings::default();
-    let sources = [
-        (SourceKind::Managed, managed),
-        (SourceKind::User, user),
-        (SourceKind::Project, project),
-    ];
-    for (kind, path) in sources {
-        let Some(text) = read_settings_file(path)? else {
-            continue;
-        };
-        let file = parse_settings(path, &text)?;
-        let origin = Origin {
-            kind,
-            path: path.to_path_buf(),
-        };
-        if kind == SourceKind::Project {
-            check_project_only_tightens(path, &file)?;
+    let paths = SourcePaths {
+        managed: managed.to_path_buf(),
+        managed_dropins: managed.with_extension("d-absent"),
+        user: user.to_path_buf(),
+        project: project.to_path_buf(),
+    };
+    load_policy_from(&paths, host, project_root, &Flags::default())
+}
+
+/// Loads and merges the given sources and flags. For tests: the CLI uses [`load_policy`].
+pub fn load_policy_from(
+    paths: &SourcePaths,
+    host: &HostEnv,
+    project_root: &Path,
+    flags: &Flags,
+) -> Result<EffectiveSettings, PolicyError> {
+    let mut files = vec![(SourceKind::Managed, paths.managed.clone())];
+    files.extend(
+        managed_dropins(&paths.managed_dropins)?
+            .into_iter()
+            .map(|p| (SourceKind::Managed, p)),
+    );
+    files.push((SourceKind::User, paths.user.clone()));
+    files.push((SourceKind::Project, paths.project.clone()));
+    let mut texts = Vec::new();
+    for (kind, path) in files {
+        if let Some(text) = read_settings_file(&path)? {
+            texts.push((kind, path, text));
         }
-        merge_file(&mut merged, file, &origin, host, project_root)?;
-        merged.sources.push(origin);
     }
+    let texts: Vec<(SourceKind, &Path, &str)> = texts
+        .iter()
+        .map(|(k, p, t)| (*k, p.as_path(), t.as_str()))
+        .collect();
+    merge_texts(&texts, host, project_root, flags)
+}
+
+/// Merges already-read sources (strictest first) and the flags. Public for the property tests
+/// and `garuda policy check`, which merge texts that are not at the standard paths.
+pub fn merge_texts(
+    texts: &[(SourceKind, &Path, &str)],
+    host: &HostEnv,
+    project_root: &Path,
+    flags: &Flags,
+) -> Result<EffectiveSettings, PolicyError> {
+    let mut merged = EffectiveSettings::default();
+    for (kind, path, text) in texts {
+        let file = parse_settings(path, text)?;
+        let source = Source {
+            origin: Origin::file(*kind, *path),
+            positions: Positions::scan(text),
+        };
+        check_source_may_set(&source, &file)?;
+        merge_file(&mut merged, file, &source, host, project_root)?;
+        merged.sources.push(source.origin);
+    }
+    merge_flags(&mut merged, flags)?;
+    enforce_sandbox_requirement(&mut merged)?;
     Ok(merged)
+}
+
+/// The managed drop-ins: regular `*.json` names not starting with `.` (editor and package
+/// manager temporaries), in byte order of their names. A folder that exists but cannot be
+/// listed is an error: skipping it could drop the team's rules.
+fn managed_dropins(dir: &Path) -> Result<Vec<PathBuf>, PolicyError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(PolicyError::SettingsRead {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| PolicyError::SettingsRead {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let name = entry.file_name();
+        let bytes = name.as_encoded_bytes();
+        if bytes.ends_with(b".json") && !bytes.starts_with(b".") {
+            found.push(entry.path());
+        }
+    }
+    found.sort_by(|a, b| {
+        a.file_name()
+            .map(|n| n.as_encoded_bytes().to_vec())
+            .cmp(&b.file_name().map(|n| n.as_encoded_bytes().to_vec()))
+    });
+    Ok(found)
 }
 
 /// Reads one settings file; `Ok(None)` only when nothing exists at `path`.
@@ -249,22 +579,23 @@ fn read_settings_file(path: &Path) -> Result<Option<String>, PolicyError> {
             path: path.to_path_buf(),
         });
     }
-    let too_large = |size: u64| PolicyError::SettingsTooLarge {
-        path: path.to_path_buf(),
-        size,
-        limit: MAX_SETTINGS_BYTES,
-    };
-    if meta.len() > MAX_SETTINGS_BYTES {
-        return Err(too_large(meta.len()));
-    }
-    // The cap applies to what is read too: the file may grow between `metadata` and `read`.
+    // The cap applies to what is read: the file may grow between `metadata` and `read`.
     let mut bytes = Vec::new();
     file.take(MAX_SETTINGS_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(read_error)?;
-    let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-    if len > MAX_SETTINGS_BYTES {
-        return Err(too_large(len));
+    let limit = usize::try_from(MAX_SETTINGS_BYTES).unwrap_or(usize::MAX);
+    if bytes.len() > limit || meta.len() > MAX_SETTINGS_BYTES {
+        // The place where the limit was crossed, so the message has a line and column like
+        // every other settings error.
+        let (line, column) = line_column(&bytes, limit.min(bytes.len()));
+        return Err(PolicyError::SettingsTooLarge {
+            path: path.to_path_buf(),
+            size: meta.len().max(MAX_SETTINGS_BYTES + 1),
+            limit: MAX_SETTINGS_BYTES,
+            line,
+            column,
+        });
     }
     match String::from_utf8(bytes) {
         Ok(text) => Ok(Some(text)),
@@ -299,18 +630,59 @@ fn parse_settings(path: &Path, text: &str) -> Result<SettingsFile, PolicyError> 
         PolicyError::SettingsParse {
             path: path.to_path_buf(),
             line: e.line(),
-            column: e.column(),
+            column: e.column().max(1),
             message,
         }
     })
 }
 
-/// A project file comes with the repository, so it may only make the sandbox stricter.
-fn check_project_only_tightens(path: &Path, file: &SettingsFile) -> Result<(), PolicyError> {
+/// A file being merged: its origin and where each of its values is written.
+struct Source {
+    origin: Origin,
+    positions: Positions,
+}
+
+impl Source {
+    /// The origin of the value at `key`, with its line.
+    fn origin_of(&self, key: &str) -> Origin {
+        self.origin.at(self.positions.of(key).0)
+    }
+
+    /// An error about the value at `key`.
+    fn error(&self, key: &str, message: impl Into<String>) -> PolicyError {
+        let (line, column) = self.positions.of(key);
+        PolicyError::SettingsValue {
+            path: self.origin.path.clone(),
+            line,
+            column,
+            key: key.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Keys a source of this kind may not set. A project file comes with the repository, so it may
+/// only make the policy stricter; the managed-only switches belong to the managed file alone.
+fn check_source_may_set(source: &Source, file: &SettingsFile) -> Result<(), PolicyError> {
+    let kind = source.origin.kind;
+    if kind != SourceKind::Managed {
+        for (key, present) in [
+            ("managedRulesOnly", file.managed_rules_only.is_some()),
+            ("managedHostsOnly", file.managed_hosts_only.is_some()),
+        ] {
+            if present {
+                return Err(source.error(key, "only the managed policy can set this"));
+            }
+        }
+    }
+    if kind != SourceKind::Project {
+        return Ok(());
+    }
     if file.executor == Some(ExecutorChoice::Host) {
-        return Err(PolicyError::ProjectDisablesSandbox {
-            path: path.to_path_buf(),
-        });
+        return Err(source.error(
+            "executor",
+            "a project cannot choose the host executor: a project can only tighten the sandbox",
+        ));
     }
     let widening = [
         (
@@ -321,83 +693,269 @@ fn check_project_only_tightens(path: &Path, file: &SettingsFile) -> Result<(), P
             "env.allow",
             file.env.as_ref().is_some_and(|e| e.allow.is_some()),
         ),
+        (
+            "permissions.allow",
+            file.permissions.as_ref().is_some_and(|p| p.allow.is_some()),
+        ),
+        (
+            "network.allow",
+            file.network.as_ref().is_some_and(|n| n.allow.is_some()),
+        ),
+        (
+            "audit.witness",
+            file.audit.as_ref().is_some_and(|a| a.witness.is_some()),
+        ),
     ];
     match widening.into_iter().find(|(_, present)| *present) {
-        Some((key, _)) => Err(PolicyError::ProjectWidensSandbox {
-            path: path.to_path_buf(),
+        Some((key, _)) => Err(source.error(
             key,
-        }),
+            "a project file cannot set this: a cloned repository must not widen the policy \
+             (put it in the user policy ~/.garuda/policy.json instead)",
+        )),
         None => Ok(()),
     }
 }
 
-/// Adds one file's values. Sources arrive strictest first, so the first value set wins.
+/// Adds one file's values. Sources arrive strictest first.
 fn merge_file(
     merged: &mut EffectiveSettings,
     file: SettingsFile,
-    origin: &Origin,
+    source: &Source,
     host: &HostEnv,
     project_root: &Path,
 ) -> Result<(), PolicyError> {
+    let kind = source.origin.kind;
     if let Some(choice) = file.executor {
         if merged.executor_origin.is_none() {
             merged.executor = choice;
-            merged.executor_origin = Some(origin.clone());
+            merged.executor_origin = Some(source.origin_of("executor"));
+        }
+    }
+    if file.profile == Some(Profile::Strict) && merged.profile_origin.is_none() {
+        merged.profile = Profile::Strict;
+        merged.profile_origin = Some(source.origin_of("profile"));
+    }
+    if file.require_sandbox == Some(true) && merged.require_sandbox_origin.is_none() {
+        merged.require_sandbox = true;
+        merged.require_sandbox_origin = Some(source.origin_of("requireSandbox"));
+    }
+    if kind == SourceKind::Managed {
+        if file.managed_rules_only == Some(true) && merged.managed_rules_only.is_none() {
+            merged.managed_rules_only = Some(source.origin_of("managedRulesOnly"));
+        }
+        if file.managed_hosts_only == Some(true) && merged.managed_hosts_only.is_none() {
+            merged.managed_hosts_only = Some(source.origin_of("managedHostsOnly"));
         }
     }
     if file.commands.and_then(|c| c.mode) == Some(CommandMode::Staged)
         && merged.command_mode_origin.is_none()
     {
         merged.command_mode = CommandMode::Staged;
-        merged.command_mode_origin = Some(origin.clone());
+        merged.command_mode_origin = Some(source.origin_of("commands.mode"));
     }
     if let Some(backend) = file.staging.and_then(|s| s.backend) {
         if merged.staging_backend_origin.is_none() {
             merged.staging_backend = backend;
-            merged.staging_backend_origin = Some(origin.clone());
+            merged.staging_backend_origin = Some(source.origin_of("staging.backend"));
         }
     }
     let sandbox = file.sandbox.unwrap_or_default();
-    for raw in sandbox.unreadable.unwrap_or_default() {
-        let path = resolve_setting_path(&raw, "sandbox.unreadable", origin, host, project_root)?;
-        push_unique(&mut merged.extra_unreadable, path, origin);
+    for (i, raw) in sandbox.unreadable.unwrap_or_default().iter().enumerate() {
+        let key = format!("sandbox.unreadable[{i}]");
+        let path = resolve_setting_path(raw, &key, source, host, project_root)?;
+        push_unique(&mut merged.extra_unreadable, path, source.origin_of(&key));
     }
-    for raw in sandbox.writable.unwrap_or_default() {
-        let path = resolve_setting_path(&raw, "sandbox.writable", origin, host, project_root)?;
-        push_unique(&mut merged.extra_writable, path, origin);
+    for (i, raw) in sandbox.writable.unwrap_or_default().iter().enumerate() {
+        let key = format!("sandbox.writable[{i}]");
+        let path = resolve_setting_path(raw, &key, source, host, project_root)?;
+        push_unique(&mut merged.extra_writable, path, source.origin_of(&key));
     }
-    for name in file.env.unwrap_or_default().allow.unwrap_or_default() {
+    for (i, name) in file
+        .env
+        .unwrap_or_default()
+        .allow
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        let key = format!("env.allow[{i}]");
         if name.is_empty() || name.contains(['=', '\0']) {
-            return Err(PolicyError::InvalidEnvName {
-                path: origin.path.clone(),
-                value: name,
-            });
+            return Err(source.error(
+                &key,
+                format!("{name:?} is not a valid environment variable name"),
+            ));
         }
-        push_unique(&mut merged.env_allow, name, origin);
+        push_unique(&mut merged.env_allow, name, source.origin_of(&key));
+    }
+    let permissions = file.permissions.unwrap_or_default();
+    for (list, name, rules) in [
+        (RuleList::Deny, "deny", permissions.deny),
+        (RuleList::Ask, "ask", permissions.ask),
+        (RuleList::Allow, "allow", permissions.allow),
+    ] {
+        for (i, text) in rules.unwrap_or_default().into_iter().enumerate() {
+            let key = format!("permissions.{name}[{i}]");
+            let rule: Rule = text
+                .parse()
+                .map_err(|e: crate::rule::RuleError| source.error(&key, e.to_string()))?;
+            let origin = source.origin_of(&key);
+            if list == RuleList::Allow && kind != SourceKind::Managed {
+                if let Some(because) = &merged.managed_rules_only {
+                    merged.dropped.push(Dropped {
+                        key: "permissions.allow",
+                        value: rule.to_string(),
+                        origin,
+                        because: because.clone(),
+                    });
+                    continue;
+                }
+            }
+            let exists = merged
+                .rules
+                .iter()
+                .any(|r| r.list == list && r.rule == rule);
+            if !exists {
+                merged.rules.push(SourcedRule { list, rule, origin });
+            }
+        }
+    }
+    for (i, entry) in file
+        .network
+        .unwrap_or_default()
+        .allow
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        let key = format!("network.allow[{i}]");
+        let entry: HostPattern = entry
+            .parse()
+            .map_err(|e: HostPatternError| source.error(&key, e.to_string()))?;
+        let origin = source.origin_of(&key);
+        if kind != SourceKind::Managed {
+            if let Some(because) = &merged.managed_hosts_only {
+                merged.dropped.push(Dropped {
+                    key: "network.allow",
+                    value: entry.to_string(),
+                    origin,
+                    because: because.clone(),
+                });
+                continue;
+            }
+        }
+        push_unique(&mut merged.network_allow, entry, origin);
+    }
+    let audit = file.audit.unwrap_or_default();
+    if audit.checkpoint == Some(true) && merged.audit_checkpoint_origin.is_none() {
+        merged.audit_checkpoint = true;
+        merged.audit_checkpoint_origin = Some(source.origin_of("audit.checkpoint"));
+    }
+    if let Some(WitnessCommand(argv)) = audit.witness {
+        if argv.is_empty() || argv.iter().any(|w| w.is_empty() || w.contains('\0')) {
+            return Err(source.error(
+                "audit.witness",
+                "the witness command is empty or has an empty word",
+            ));
+        }
+        if merged.audit_witness.is_none() {
+            merged.audit_witness = Some((argv, source.origin_of("audit.witness")));
+        }
     }
     Ok(())
 }
 
-fn push_unique<T: PartialEq>(list: &mut Vec<(T, Origin)>, value: T, origin: &Origin) {
+/// Applies the command-line flags after every file.
+fn merge_flags(merged: &mut EffectiveSettings, flags: &Flags) -> Result<(), PolicyError> {
+    if flags.strict && merged.profile_origin.is_none() {
+        merged.profile = Profile::Strict;
+        merged.profile_origin = Some(Origin::flag("--strict"));
+    }
+    if flags.staged && merged.command_mode_origin.is_none() {
+        merged.command_mode = CommandMode::Staged;
+        merged.command_mode_origin = Some(Origin::flag("--staged"));
+    }
+    if let Some(choice) = flags.executor {
+        if let Some(origin) = merged
+            .executor_origin
+            .as_ref()
+            .filter(|o| o.kind == SourceKind::Managed)
+        {
+            if choice != merged.executor {
+                return Err(PolicyError::FlagRefused {
+                    flag: format!("--executor {choice}"),
+                    reason: format!(
+                        "the managed policy ({origin}) sets executor {}",
+                        merged.executor
+                    ),
+                });
+            }
+        }
+        merged.executor = choice;
+        merged.executor_origin = Some(Origin::flag("--executor"));
+    }
+    for entry in &flags.allow_hosts {
+        let entry: HostPattern =
+            entry
+                .parse()
+                .map_err(|e: HostPatternError| PolicyError::FlagRefused {
+                    flag: format!("--allow-host {entry}"),
+                    reason: e.to_string(),
+                })?;
+        if let Some(because) = &merged.managed_hosts_only {
+            return Err(PolicyError::FlagRefused {
+                flag: format!("--allow-host {entry}"),
+                reason: format!("the managed policy ({because}) says managedHostsOnly"),
+            });
+        }
+        push_unique(
+            &mut merged.network_allow,
+            entry,
+            Origin::flag("--allow-host"),
+        );
+    }
+    Ok(())
+}
+
+/// Strict implies `requireSandbox`; under either, the host executor is an error wherever it was
+/// chosen (a user file, a flag, even the managed file itself: a contradictory policy must not
+/// start).
+fn enforce_sandbox_requirement(merged: &mut EffectiveSettings) -> Result<(), PolicyError> {
+    if merged.is_strict() && !merged.require_sandbox {
+        merged.require_sandbox = true;
+        merged.require_sandbox_origin = merged.profile_origin.clone();
+    }
+    if !merged.require_sandbox || merged.executor != ExecutorChoice::Host {
+        return Ok(());
+    }
+    let required_by = merged
+        .require_sandbox_origin
+        .clone()
+        .map_or_else(|| "the policy".to_string(), |o| o.to_string());
+    let chosen_by = merged
+        .executor_origin
+        .clone()
+        .map_or_else(|| "the default".to_string(), |o| o.to_string());
+    Err(PolicyError::HostExecutorForbidden {
+        chosen_by,
+        required_by,
+    })
+}
+
+fn push_unique<T: PartialEq>(list: &mut Vec<(T, Origin)>, value: T, origin: Origin) {
     if !list.iter().any(|(existing, _)| *existing == value) {
-        list.push((value, origin.clone()));
+        list.push((value, origin));
     }
 }
 
 /// Resolves a path entry: `~/x` is under home, a relative path is under the project root.
 fn resolve_setting_path(
     raw: &str,
-    key: &'static str,
-    origin: &Origin,
+    key: &str,
+    source: &Source,
     host: &HostEnv,
     project_root: &Path,
 ) -> Result<PathBuf, PolicyError> {
-    let refuse = |reason: &'static str| PolicyError::InvalidSettingsPath {
-        path: origin.path.clone(),
-        key,
-        value: raw.to_string(),
-        reason,
-    };
+    let refuse = |reason: &str| source.error(key, format!("{raw:?}: {reason}"));
     if raw.is_empty() {
         return Err(refuse("an empty path would mean the project root"));
     }
@@ -423,6 +981,49 @@ fn resolve_setting_path(
         Ok(path.to_path_buf())
     } else {
         Ok(project_root.join(path))
+    }
+}
+
+/// Fuzzing entry point (the `policy_parser` target in `fuzz/`, whose corpus is also replayed
+/// as a test): parses `data` as a policy file of each kind and checks the merge's invariants.
+///
+/// # Panics
+///
+/// When an invariant breaks: a project file that yields a widening value, a strict profile
+/// without a required sandbox, a host executor under a required sandbox.
+#[doc(hidden)]
+pub fn exercise_policy(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let _ = Positions::scan(text).of("permissions.allow[0]");
+    let Ok(host) = HostEnv::from_vars(vec![("HOME".into(), "/home/fuzz".into())]) else {
+        return;
+    };
+    for kind in [SourceKind::Managed, SourceKind::User, SourceKind::Project] {
+        let texts = [(kind, Path::new("/fuzz/policy.json"), text)];
+        let Ok(merged) = merge_texts(&texts, &host, Path::new("/fuzz/project"), &Flags::default())
+        else {
+            continue;
+        };
+        let _ = crate::describe::describe(&merged);
+        if kind == SourceKind::Project {
+            assert!(merged.rules_in(RuleList::Allow).next().is_none());
+            assert!(merged.network_allow.is_empty());
+            assert!(merged.extra_writable.is_empty());
+            assert!(merged.env_allow.is_empty());
+            assert!(merged.audit_witness.is_none());
+            assert_ne!(merged.executor, ExecutorChoice::Host);
+        }
+        if kind != SourceKind::Managed {
+            assert!(merged.managed_rules_only.is_none() && merged.managed_hosts_only.is_none());
+        }
+        if merged.is_strict() {
+            assert!(merged.require_sandbox);
+        }
+        if merged.require_sandbox {
+            assert_ne!(merged.executor, ExecutorChoice::Host);
+        }
     }
 }
 
@@ -551,9 +1152,16 @@ mod tests {
         text.resize(usize::try_from(MAX_SETTINGS_BYTES).unwrap() + 1, b' ');
         write(&files.managed(), &text);
         match files.load().unwrap_err() {
-            PolicyError::SettingsTooLarge { path, size, limit } => {
+            PolicyError::SettingsTooLarge {
+                path,
+                size,
+                limit,
+                line,
+                column,
+            } => {
                 assert_eq!(path, files.managed());
                 assert_eq!((size, limit), (MAX_SETTINGS_BYTES + 1, MAX_SETTINGS_BYTES));
+                assert_eq!((line, column), (1, 1024 * 1024 + 1));
             }
             other => panic!("expected too large, got {other:?}"),
         }
@@ -595,14 +1203,16 @@ mod tests {
         write(&files.project(), br#"{"executor": "host"}"#);
         let err = files.load().unwrap_err();
         assert!(
-            matches!(&err, PolicyError::ProjectDisablesSandbox { path } if *path == files.project())
+            matches!(&err, PolicyError::SettingsValue { path, key, line: 1, column: 14, .. }
+                if *path == files.project() && key == "executor"),
+            "{err:?}"
         );
-        assert!(err.to_string().contains("settings.json"), "{err}");
+        assert!(err.to_string().contains("settings.json:1:14"), "{err}");
         // Even when a stricter source already chose an executor, the file itself is refused.
         write(&files.managed(), br#"{"executor": "bubblewrap"}"#);
         assert!(matches!(
             files.load().unwrap_err(),
-            PolicyError::ProjectDisablesSandbox { .. }
+            PolicyError::SettingsValue { key, .. } if key == "executor"
         ));
     }
 
@@ -622,7 +1232,7 @@ mod tests {
             let files = Files::new();
             write(&files.project(), text);
             match files.load().unwrap_err() {
-                PolicyError::ProjectWidensSandbox { path, key } => {
+                PolicyError::SettingsValue { path, key, .. } => {
                     assert_eq!(path, files.project());
                     assert_eq!(key, want_key);
                 }
@@ -717,12 +1327,12 @@ mod tests {
             let text = serde_json::json!({"sandbox": {"unreadable": [entry]}}).to_string();
             write(&files.project(), text.as_bytes());
             match files.load().unwrap_err() {
-                PolicyError::InvalidSettingsPath {
-                    path, key, value, ..
+                PolicyError::SettingsValue {
+                    path, key, message, ..
                 } => {
                     assert_eq!(path, files.project());
-                    assert_eq!(key, "sandbox.unreadable");
-                    assert_eq!(value, entry);
+                    assert_eq!(key, "sandbox.unreadable[0]");
+                    assert!(message.contains(&format!("{entry:?}")), "{message}");
                 }
                 other => panic!("{entry:?}: expected a path error, got {other:?}"),
             }
@@ -737,7 +1347,8 @@ mod tests {
             write(&files.user(), text.as_bytes());
             assert!(matches!(
                 files.load().unwrap_err(),
-                PolicyError::InvalidEnvName { value, .. } if value == name
+                PolicyError::SettingsValue { key, message, .. }
+                    if key == "env.allow[0]" && message.contains(&format!("{name:?}"))
             ));
         }
     }
@@ -763,7 +1374,7 @@ mod tests {
         assert_eq!(origin.path, files.managed());
         assert_eq!(
             origin.to_string(),
-            format!("managed settings {}", files.managed().display())
+            format!("managed {}:1", files.managed().display())
         );
 
         // A managed file that does not mention the executor leaves the user's choice.
@@ -797,21 +1408,13 @@ mod tests {
 mod command_mode_tests {
     use super::*;
 
-    fn origin(kind: SourceKind) -> Origin {
-        Origin {
-            kind,
-            path: PathBuf::from("/x.json"),
-        }
-    }
-
     fn merged(files: &[(&str, SourceKind)]) -> EffectiveSettings {
         let host = HostEnv::from_vars(vec![("HOME".into(), "/home/u".into())]).unwrap();
-        let mut m = EffectiveSettings::default();
-        for (text, kind) in files {
-            let file: SettingsFile = serde_json::from_str(text).unwrap();
-            merge_file(&mut m, file, &origin(*kind), &host, Path::new("/p")).unwrap();
-        }
-        m
+        let texts: Vec<_> = files
+            .iter()
+            .map(|(text, kind)| (*kind, Path::new("/x.json"), *text))
+            .collect();
+        merge_texts(&texts, &host, Path::new("/p"), &Flags::default()).unwrap()
     }
 
     #[test]
@@ -845,5 +1448,180 @@ mod command_mode_tests {
         );
         assert!(serde_json::from_str::<SettingsFile>(r#"{"commands": {"mode": "yolo"}}"#).is_err());
         assert!(serde_json::from_str::<SettingsFile>(r#"{"commands": {"other": 1}}"#).is_err());
+    }
+}
+
+#[cfg(test)]
+mod policy_keys_tests {
+    use super::*;
+    use crate::test_support::{fake_host, write};
+
+    fn host() -> HostEnv {
+        HostEnv::from_vars(vec![("HOME".into(), "/home/u".into())]).unwrap()
+    }
+
+    fn merge_one(kind: SourceKind, text: &str) -> Result<EffectiveSettings, PolicyError> {
+        merge_texts(
+            &[(kind, Path::new("/f.json"), text)],
+            &host(),
+            Path::new("/p"),
+            &Flags::default(),
+        )
+    }
+
+    fn refused_key(err: PolicyError) -> String {
+        match err {
+            PolicyError::SettingsValue { key, .. } => key,
+            other => panic!("expected a value error, got {other}"),
+        }
+    }
+
+    #[test]
+    fn managed_only_switches_belong_to_the_managed_file() {
+        for kind in [SourceKind::User, SourceKind::Project] {
+            let err = merge_one(kind, r#"{"managedRulesOnly": true}"#).unwrap_err();
+            assert_eq!(refused_key(err), "managedRulesOnly");
+            let err = merge_one(kind, r#"{"managedHostsOnly": false}"#).unwrap_err();
+            assert_eq!(refused_key(err), "managedHostsOnly");
+        }
+        let m = merge_one(SourceKind::Managed, r#"{"managedRulesOnly": true}"#).unwrap();
+        assert_eq!(m.managed_rules_only.unwrap().line, Some(1));
+    }
+
+    #[test]
+    fn project_cannot_widen_rules_hosts_or_the_witness() {
+        for (text, key) in [
+            (
+                r#"{"permissions": {"allow": ["Read"]}}"#,
+                "permissions.allow",
+            ),
+            (r#"{"network": {"allow": ["crates.io"]}}"#, "network.allow"),
+            (r#"{"audit": {"witness": "ssh w"}}"#, "audit.witness"),
+        ] {
+            assert_eq!(
+                refused_key(merge_one(SourceKind::Project, text).unwrap_err()),
+                key
+            );
+            merge_one(SourceKind::User, text).unwrap();
+        }
+        // Tightening keys are fine in a project.
+        let p = merge_one(
+            SourceKind::Project,
+            r#"{"profile": "strict", "requireSandbox": true, "audit": {"checkpoint": true},
+                "permissions": {"ask": ["Bash(git push *)"], "deny": ["Bash(rm *)"]}}"#,
+        )
+        .unwrap();
+        assert!(p.is_strict() && p.require_sandbox && p.audit_checkpoint);
+        assert_eq!(p.rules.len(), 2);
+    }
+
+    #[test]
+    fn witness_is_an_argument_vector() {
+        let m = merge_one(
+            SourceKind::User,
+            r#"{"audit": {"witness": "ssh  w.example garuda"}}"#,
+        )
+        .unwrap();
+        assert_eq!(m.audit_witness.unwrap().0, ["ssh", "w.example", "garuda"]);
+        let m = merge_one(SourceKind::User, r#"{"audit": {"witness": ["a b", "c"]}}"#).unwrap();
+        assert_eq!(m.audit_witness.unwrap().0, ["a b", "c"]);
+        for bad in [r#""""#, r#"[]"#, r#"["x", ""]"#] {
+            let text = format!(r#"{{"audit": {{"witness": {bad}}}}}"#);
+            assert_eq!(
+                refused_key(merge_one(SourceKind::User, &text).unwrap_err()),
+                "audit.witness"
+            );
+        }
+        assert!(matches!(
+            merge_one(SourceKind::User, r#"{"audit": {"witness": 3}}"#).unwrap_err(),
+            PolicyError::SettingsParse { .. }
+        ));
+    }
+
+    #[test]
+    fn strict_implies_required_sandbox_and_refuses_host() {
+        let m = merge_one(SourceKind::User, r#"{"profile": "strict"}"#).unwrap();
+        assert!(m.require_sandbox);
+        assert_eq!(m.require_sandbox_origin, m.profile_origin);
+        let err = merge_one(
+            SourceKind::Managed,
+            r#"{"profile": "strict", "executor": "host"}"#,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, PolicyError::HostExecutorForbidden { .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn flags_tighten_and_cannot_change_a_managed_executor() {
+        let h = host();
+        let managed = [(
+            SourceKind::Managed,
+            Path::new("/m.json"),
+            r#"{"executor": "bubblewrap"}"#,
+        )];
+        let flags = Flags {
+            executor: Some(ExecutorChoice::Landlock),
+            ..Flags::default()
+        };
+        let err = merge_texts(&managed, &h, Path::new("/p"), &flags).unwrap_err();
+        assert!(
+            err.to_string().contains("--executor landlock is refused"),
+            "{err}"
+        );
+        let flags = Flags {
+            staged: true,
+            strict: true,
+            ..Flags::default()
+        };
+        let m = merge_texts(&managed, &h, Path::new("/p"), &flags).unwrap();
+        assert_eq!(m.command_mode, CommandMode::Staged);
+        assert_eq!(
+            m.profile_origin.unwrap().to_string(),
+            "command-line flag --strict"
+        );
+    }
+
+    #[test]
+    fn dropins_merge_in_name_order_after_the_managed_file() {
+        let tmp = tempfile::TempDir::new().unwrap();
+        let host = fake_host(tmp.path());
+        let etc = tmp.path().join("etc");
+        write(
+            &etc.join("managed-policy.json"),
+            br#"{"permissions": {"deny": ["Bash(a *)"]}}"#,
+        );
+        let dir = etc.join("managed-policy.d");
+        write(
+            &dir.join("20-b.json"),
+            br#"{"executor": "bubblewrap", "permissions": {"deny": ["Bash(c *)"]}}"#,
+        );
+        write(
+            &dir.join("10-a.json"),
+            br#"{"executor": "landlock", "permissions": {"deny": ["Bash(b *)"]}}"#,
+        );
+        write(&dir.join("README"), b"not json, not read");
+        write(&dir.join(".10-a.json.swp"), b"{{{");
+        let paths = SourcePaths {
+            managed: etc.join("managed-policy.json"),
+            managed_dropins: dir.clone(),
+            user: tmp.path().join("user.json"),
+            project: tmp.path().join("project.json"),
+        };
+        let m = load_policy_from(&paths, &host, tmp.path(), &Flags::default()).unwrap();
+        let denies: Vec<String> = m
+            .rules_in(RuleList::Deny)
+            .map(|r| r.rule.to_string())
+            .collect();
+        assert_eq!(denies, ["bash(a *)", "bash(b *)", "bash(c *)"]);
+        assert_eq!(m.executor, ExecutorChoice::Landlock);
+        assert!(m.executor_origin.unwrap().path.ends_with("10-a.json"));
+        assert_eq!(m.sources.len(), 3);
+        // A broken drop-in stops everything, naming its place.
+        write(&dir.join("30-c.json"), br#"{"profile": }"#);
+        let err = load_policy_from(&paths, &host, tmp.path(), &Flags::default()).unwrap_err();
+        assert!(err.to_string().contains("30-c.json:1:13"), "{err}");
     }
 }

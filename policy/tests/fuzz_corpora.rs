@@ -43,3 +43,11 @@ fn command_splitter_corpus() {
         garuda_policy::command::exercise(&data);
     }
 }
+
+#[test]
+fn policy_parser_corpus() {
+    for (path, data) in corpus("policy_parser") {
+        eprintln!("{}", path.display());
+        garuda_policy::exercise_policy(&data);
+    }
+}

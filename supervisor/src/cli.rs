@@ -1,4 +1,4 @@
-//! The command line: `garuda sandbox` and `garuda doctor`.
+//! The command line: `garuda sandbox`, `garuda policy` and `garuda doctor`.
 //!
 //! Exit codes of `garuda sandbox`: the command's own exit code (128 + N when a signal N killed
 //! it, 124 when the timeout killed it), or [`SETUP_FAILED`] when Garuda could not load the
@@ -12,7 +12,11 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use garuda_policy::{CommandMode, ExecutorChoice, GitGuard, HostEnv, SourceKind, StagingBackend};
+use garuda_policy::engine::{Context as DecideContext, Engine, Request};
+use garuda_policy::{
+    CommandMode, EffectiveSettings, ExecutorChoice, Flags, GitGuard, HostEnv, SourceKind,
+    SourcePaths, StagingBackend,
+};
 use garuda_staging::{BackendChoice, Session, StagingError};
 
 use crate::executor::{self, CommandSpec, ExecutorKind, StdioMode};
@@ -83,15 +87,134 @@ enum Cmd {
         /// With a staged command: discard the change without asking.
         #[arg(long)]
         discard: bool,
+        /// Use the strict profile: an OS sandbox is required (no host fallback).
+        #[arg(long)]
+        strict: bool,
+        /// Let the command reach HOST (port 80 and 443; HOST:PORT for another port;
+        /// `*.example.com` for the names below it) through Garuda's proxy, in addition to the
+        /// policy's `network.allow`. Refused hosts are listed when the command ends.
+        #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+        allow_host: Vec<String>,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
+    },
+    /// Show the effective policy, each value with the file and line it came from, and the
+    /// executor it implies; or check a policy file, or decide one request.
+    Policy {
+        /// Project root (default: the git root above the current folder, else the folder).
+        #[arg(long, global = true)]
+        project: Option<PathBuf>,
+        /// Machine-readable output.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        action: Option<PolicyCmd>,
+    },
+    /// Verify and read the audit log, run a witness, export the install secret.
+    Audit {
+        #[command(subcommand)]
+        action: AuditCmd,
     },
     /// Show which executors this machine can run, and why not.
     Doctor {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCmd {
+    /// Check the log: one finding per problem; exit 0 verified, 1 tampered, 2 cannot decide.
+    Verify {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+        /// The project whose log to verify (default: the git root above the current folder).
+        #[arg(long, conflicts_with = "all")]
+        project: Option<PathBuf>,
+        /// Every project's log.
+        #[arg(long)]
+        all: bool,
+        /// An exported install secret (`garuda audit key export`); may be repeated.
+        #[arg(long = "key", value_name = "FILE")]
+        keys: Vec<PathBuf>,
+        /// Compare with a witness folder (as `garuda audit witness-serve DIR` keeps it)
+        /// instead of the policy's witness command.
+        #[arg(long, value_name = "DIR")]
+        witness_dir: Option<PathBuf>,
+    },
+    /// Print the verified lines of a session (default: the newest).
+    Show {
+        /// The project (default: the git root above the current folder).
+        #[arg(long)]
+        project: Option<PathBuf>,
+        /// The session id.
+        #[arg(long)]
+        session: Option<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A file-backed witness: reads one checkpoint request on stdin, answers on stdout.
+    WitnessServe {
+        /// Where the witness keeps its state and key.
+        dir: PathBuf,
+    },
+    /// The install secret.
+    Key {
+        #[command(subcommand)]
+        action: KeyCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeyCmd {
+    /// Copy the install secret to FILE (e.g. removable media).
+    Export {
+        /// Where to write it.
+        out: PathBuf,
+        /// Remove it from ~/.garuda/keys afterwards, so a process with your rights can no
+        /// longer rewrite old sessions unnoticed (verify then needs --key FILE).
+        #[arg(long)]
+        remove: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum SourceArg {
+    Managed,
+    User,
+    Project,
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCmd {
+    /// Validate a policy file and print what it would change in the effective policy.
+    Check {
+        /// The file.
+        file: PathBuf,
+        /// Which source the file would be (default: from its name: `managed-policy.json` or a
+        /// file in `managed-policy.d` is managed, `policy.json` is user, `settings.json` is
+        /// project).
+        #[arg(long = "as", value_enum)]
+        source: Option<SourceArg>,
+    },
+    /// Decide one request against the effective policy; the first word printed is `allow`,
+    /// `ask` or `deny`.
+    Decide {
+        /// The tool: read_file, write_file, edit_file, bash, web_fetch, mcp__server__tool (or
+        /// Claude Code's Read, Write, Edit, Bash, WebFetch).
+        tool: String,
+        /// The path, command line or URL (ignored for an MCP tool).
+        target: String,
+        /// Decide as in plan mode.
+        #[arg(long)]
+        plan: bool,
+        /// The command asks to run outside the sandbox.
+        #[arg(long)]
+        outside_sandbox: bool,
     },
 }
 
@@ -108,6 +231,8 @@ pub fn main() -> i32 {
             staged,
             apply,
             discard,
+            strict,
+            allow_host,
             command,
         } => match sandbox(SandboxArgs {
             executor_flag: executor,
@@ -116,6 +241,8 @@ pub fn main() -> i32 {
             timeout,
             verbose,
             staged,
+            strict,
+            allow_host,
             decision: if apply {
                 Some(Decision::Apply)
             } else if discard {
@@ -127,10 +254,58 @@ pub fn main() -> i32 {
         }) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("garuda: {e:#}");
+                eprintln!("garuda: {}", describe_error(&e));
                 SETUP_FAILED
             }
         },
+        Cmd::Policy {
+            project,
+            json,
+            action,
+        } => match policy_command(project, json, action) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("garuda: {}", describe_error(&e));
+                1
+            }
+        },
+        Cmd::Audit { action } => {
+            let result = match action {
+                AuditCmd::Verify {
+                    json,
+                    project,
+                    all,
+                    keys,
+                    witness_dir,
+                } => crate::audit_cmd::verify(crate::audit_cmd::VerifyArgs {
+                    json,
+                    project,
+                    all,
+                    keys,
+                    witness_dir,
+                })
+                // Verify that cannot run cannot tell: 2, never 0.
+                .map_err(|e| (e, 2)),
+                AuditCmd::Show {
+                    project,
+                    session,
+                    json,
+                } => crate::audit_cmd::show(project, session, json).map_err(|e| (e, 1)),
+                AuditCmd::WitnessServe { dir } => {
+                    crate::audit_cmd::witness_serve(&dir).map_err(|e| (e, 1))
+                }
+                AuditCmd::Key {
+                    action: KeyCmd::Export { out, remove },
+                } => crate::audit_cmd::key_export(&out, remove).map_err(|e| (e, 1)),
+            };
+            match result {
+                Ok(code) => code,
+                Err((e, code)) => {
+                    eprintln!("garuda: {}", describe_error(&e));
+                    code
+                }
+            }
+        }
         Cmd::Doctor { json } => {
             let r = crate::doctor::report();
             if json {
@@ -147,6 +322,23 @@ pub fn main() -> i32 {
             0
         }
     }
+}
+
+/// An error and its causes on one line, `a: b: c`, without repeating a cause that the
+/// message before it already quotes (library errors name their source in their own message).
+pub(crate) fn describe_error(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 /// A project file may require a sandbox, never a weaker one than `auto` would pick here: a
@@ -175,6 +367,378 @@ fn refuse_weaker_project_executor(choice: ExecutorChoice, file: &Path) -> Result
     Ok(())
 }
 
+/// The project folder, canonical: the one given, else the git root above `cwd`.
+pub(crate) fn resolve_project(project: Option<PathBuf>, cwd: &Path) -> Result<PathBuf> {
+    let project = project.unwrap_or_else(|| project_root_from(cwd));
+    std::fs::canonicalize(&project).with_context(|| format!("project folder {}", project.display()))
+}
+
+/// What to tell a user whose policy requires a sandbox this machine cannot provide.
+const SANDBOX_FIX: &str = "install bubblewrap 0.8 or later (apt-get install bubblewrap), or \
+     allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, \
+     user.max_user_namespaces > 0) so that bubblewrap or the native Landlock executor (Linux \
+     6.14 or later) can run; `garuda doctor` shows what is missing";
+
+/// Selects the executor for `choice`; where the policy requires an OS sandbox, the host
+/// executor is never the answer: an error with the reason and the fix instead.
+fn select_for_policy(
+    choice: ExecutorChoice,
+    settings: &EffectiveSettings,
+) -> Result<executor::Selection> {
+    let required_by = || {
+        settings
+            .require_sandbox_origin
+            .as_ref()
+            .map_or_else(|| "the policy".to_string(), |o| o.to_string())
+    };
+    match executor::select_executor(choice) {
+        Ok(s) if s.executor.kind() == ExecutorKind::Host && settings.require_sandbox => {
+            let found: Vec<String> = executor::probe_executors()
+                .into_iter()
+                .filter(|p| p.kind.is_sandbox())
+                .map(|p| format!("{}: {}", p.kind, p.detail))
+                .collect();
+            bail!(
+                "an OS sandbox is required (profile {}, {}) and none is available here, so \
+                 Garuda will not run commands on the host. Found: {}. Fix: {SANDBOX_FIX}",
+                settings.profile,
+                required_by(),
+                found.join("; ")
+            )
+        }
+        Ok(s) => Ok(s),
+        Err(e) if settings.require_sandbox => bail!(
+            "an OS sandbox is required ({}) and the selected one cannot run: {e}. Fix: {SANDBOX_FIX}",
+            required_by()
+        ),
+        Err(e) => Err(anyhow!(e)),
+    }
+}
+
+/// `garuda policy`, `garuda policy check`, `garuda policy decide`.
+fn policy_command(project: Option<PathBuf>, json: bool, action: Option<PolicyCmd>) -> Result<i32> {
+    let host = HostEnv::from_process().context("reading the environment")?;
+    let cwd = std::env::current_dir().context("reading the current folder")?;
+    let project = resolve_project(project, &cwd)?;
+    match action {
+        None => {
+            let settings = garuda_policy::load_policy(&project, &host, &Flags::default())?;
+            let entries = garuda_policy::describe(&settings);
+            let implied = implied_executor(&settings);
+            if json {
+                let out = serde_json::json!({
+                    "project": project,
+                    "sources": settings.sources.iter().map(|o| o.to_string()).collect::<Vec<_>>(),
+                    "entries": entries,
+                    "executor_in_use": implied,
+                });
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                println!("effective policy for {}", project.display());
+                if settings.sources.is_empty() {
+                    println!("sources: none (built-in defaults)");
+                } else {
+                    println!("sources, strictest first:");
+                    for s in &settings.sources {
+                        println!("  {s}");
+                    }
+                }
+                println!();
+                print!("{}", garuda_policy::render_entries(&entries));
+                println!();
+                println!("executor in use: {implied}");
+            }
+            Ok(0)
+        }
+        Some(PolicyCmd::Check { file, source }) => {
+            policy_check(&project, &host, &file, source, json)
+        }
+        Some(PolicyCmd::Decide {
+            tool,
+            target,
+            plan,
+            outside_sandbox,
+        }) => {
+            let settings = garuda_policy::load_policy(&project, &host, &Flags::default())?;
+            let Some(request) = Request::from_tool(&tool, &target, outside_sandbox) else {
+                bail!(
+                    "unknown tool {tool:?}: use read_file, write_file, edit_file, bash, \
+                     web_fetch or mcp__server__tool"
+                );
+            };
+            // Commands count as sandboxed only when the effective policy gets an OS sandbox.
+            let sandbox_available = executor::select_executor(settings.executor)
+                .map(|s| s.executor.kind().is_sandbox())
+                .unwrap_or(false);
+            let ctx = DecideContext {
+                plan_mode: plan,
+                sandbox_available,
+                session_rules: Vec::new(),
+            };
+            let decision = Engine::new(&settings, &host, &project).decide(&request, &ctx);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&decision)?);
+            } else {
+                println!("{decision}");
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// The executor the effective policy gets on this machine, or why none.
+fn implied_executor(settings: &EffectiveSettings) -> String {
+    match select_for_policy(settings.executor, settings) {
+        Ok(s) => s.reason,
+        Err(e) => format!("none: {e:#}"),
+    }
+}
+
+/// `garuda policy check FILE`: parse the file as the source it would be, then show how the
+/// effective policy changes when it takes that source's place.
+fn policy_check(
+    project: &Path,
+    host: &HostEnv,
+    file: &Path,
+    source: Option<SourceArg>,
+    json: bool,
+) -> Result<i32> {
+    let kind = match source {
+        Some(SourceArg::Managed) => SourceKind::Managed,
+        Some(SourceArg::User) => SourceKind::User,
+        Some(SourceArg::Project) => SourceKind::Project,
+        None => {
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+            let in_dropins = file
+                .parent()
+                .and_then(|p| p.file_name())
+                .is_some_and(|n| n == "managed-policy.d");
+            match name.as_deref() {
+                Some("managed-policy.json") => SourceKind::Managed,
+                _ if in_dropins => SourceKind::Managed,
+                Some("policy.json") => SourceKind::User,
+                Some("settings.json") => SourceKind::Project,
+                _ => bail!(
+                    "cannot tell which source {} would be: say --as managed, --as user or --as project",
+                    file.display()
+                ),
+            }
+        }
+    };
+    if std::fs::symlink_metadata(file).is_err() {
+        bail!("{}: no such file", file.display());
+    }
+    let standard = SourcePaths::standard(project, host);
+    let mut replaced = standard.clone();
+    match kind {
+        SourceKind::Managed => replaced.managed = file.to_path_buf(),
+        SourceKind::User => replaced.user = file.to_path_buf(),
+        _ => replaced.project = file.to_path_buf(),
+    }
+    let after = garuda_policy::load_policy_from(&replaced, host, project, &Flags::default())?;
+    let before = garuda_policy::load_policy_from(&standard, host, project, &Flags::default());
+    let after_entries = garuda_policy::describe(&after);
+    let before_entries = match &before {
+        Ok(b) => garuda_policy::describe(b),
+        Err(_) => Vec::new(),
+    };
+    let same = |a: &garuda_policy::Entry, b: &garuda_policy::Entry| {
+        a.key == b.key && a.value == b.value && a.dropped == b.dropped
+    };
+    let added: Vec<_> = after_entries
+        .iter()
+        .filter(|a| !before_entries.iter().any(|b| same(a, b)))
+        .collect();
+    let removed: Vec<_> = before_entries
+        .iter()
+        .filter(|b| !after_entries.iter().any(|a| same(a, b)))
+        .collect();
+    if json {
+        let out = serde_json::json!({
+            "file": file,
+            "source": kind.to_string(),
+            "valid": true,
+            "added": added,
+            "removed": removed,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(0);
+    }
+    println!("{}: valid as the {kind} policy", file.display());
+    if let Err(e) = &before {
+        println!("(the current policy does not load: {e}; showing the file's values)");
+    }
+    if added.is_empty() && removed.is_empty() {
+        println!("no change to the effective policy");
+    }
+    for e in removed {
+        println!("- {}  {}  ({})", e.key, e.value, e.source);
+    }
+    for e in added {
+        let dropped = e
+            .dropped
+            .as_ref()
+            .map(|d| format!(", dropped: {d}"))
+            .unwrap_or_default();
+        println!("+ {}  {}  ({}{dropped})", e.key, e.value, e.source);
+    }
+    Ok(0)
+}
+
+/// Where sandboxed commands find the proxy: `http://127.0.0.1:PROXY_PORT` inside their own
+/// network namespace (any port would do there: the namespace is theirs alone).
+const PROXY_PORT: u16 = 3128;
+
+/// The proxy of one `garuda sandbox` run: the allowlist of the effective policy, one scope
+/// whose unix socket lives in a private folder, and what it refused.
+struct NetworkSession {
+    dir: PathBuf,
+    // Field order is drop order: the scope (listener, socket file) before the proxy runtime.
+    scope: Option<crate::proxy::CommandScope>,
+    _proxy: crate::proxy::Proxy,
+    mode: garuda_policy::NetworkMode,
+}
+
+impl NetworkSession {
+    /// Starts the proxy when the effective policy lists hosts; `None` otherwise (the command
+    /// then has no network at all). Hosts the list does not name are refused: `garuda sandbox`
+    /// does not ask (the chat will).
+    fn start(settings: &EffectiveSettings, kind: ExecutorKind) -> Result<Option<NetworkSession>> {
+        if settings.network_allow.is_empty() {
+            return Ok(None);
+        }
+        let allowlist = garuda_policy::network::Allowlist {
+            entries: settings
+                .network_allow
+                .iter()
+                .map(|(h, _)| h.clone())
+                .collect(),
+        };
+        let proxy = crate::proxy::Proxy::new(crate::proxy::ProxyConfig {
+            allowlist,
+            resolver: crate::proxy::Resolver::System,
+            unknown_host: crate::proxy::UnknownHost::Deny,
+            limits: crate::proxy::ProxyLimits::default(),
+        })
+        .context("starting the network proxy")?;
+        let dir = private_dir().context("making a private folder for the proxy's socket")?;
+        let socket = dir.join("proxy.sock");
+        let scope = match proxy.listen_unix(&socket) {
+            Ok(scope) => scope,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(anyhow!(e).context("listening for the sandbox's proxy traffic"));
+            }
+        };
+        // Inside a sandbox the port is in the command's own namespace; the host executor
+        // binds it on the host's loopback, so it takes one that is free now.
+        let port = if kind.is_sandbox() {
+            PROXY_PORT
+        } else {
+            free_loopback_port().context("finding a free port for the proxy on the host")?
+        };
+        let mode = crate::netbridge::proxy_mode(&socket, port).map_err(|e| anyhow!(e))?;
+        Ok(Some(NetworkSession {
+            dir,
+            scope: Some(scope),
+            _proxy: proxy,
+            mode,
+        }))
+    }
+}
+
+impl NetworkSession {
+    /// Stops the proxy, prints the hosts it refused, and returns them for the audit log.
+    fn finish(mut self) -> Vec<String> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Vec<String> {
+        let Some(scope) = self.scope.take() else {
+            return Vec::new();
+        };
+        let blocked = scope.close();
+        if !blocked.is_empty() {
+            eprintln!("garuda: blocked: {blocked}");
+        }
+        let listed = blocked
+            .into_vec()
+            .into_iter()
+            .map(|b| format!("{}:{} ({})", b.host, b.port, b.reason))
+            .collect();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        listed
+    }
+}
+
+/// However the run ends (an error included), the proxy stops and its folder goes.
+impl Drop for NetworkSession {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A new folder only this user can enter, under the temporary folder (`/tmp` when `TMPDIR` is
+/// so long that a socket path in it would pass the 108-byte limit of a unix socket address).
+/// `create_dir` fails on an existing path, so a folder planted by someone else is never used.
+fn private_dir() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut base = std::env::temp_dir();
+    if base.as_os_str().len() > 64 || !base.is_absolute() {
+        base = PathBuf::from("/tmp");
+    }
+    remove_stale_proxy_dirs(&base);
+    let mut last = None;
+    for attempt in 0..16u32 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(attempt);
+        let dir = base.join(format!(
+            "garuda-proxy-{}-{nanos:08x}{attempt}",
+            std::process::id()
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no attempt made")))
+}
+
+/// Removes the socket folders of earlier runs that were killed before they could clean up
+/// (a signal ends `garuda sandbox` without running its destructors): folders named
+/// `garuda-proxy-<pid>-…`, owned by this user, whose process is gone.
+fn remove_stale_proxy_dirs(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("garuda-proxy-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let path = entry.path();
+        let ours =
+            std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && Some(m.uid()) == me);
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// A port on 127.0.0.1 that nothing listens on now.
+fn free_loopback_port() -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
 /// The git root above `start` (the nearest folder holding `.git`), else `start` itself.
 pub fn project_root_from(start: &Path) -> PathBuf {
     start
@@ -198,6 +762,8 @@ struct SandboxArgs {
     timeout: Option<u64>,
     verbose: bool,
     staged: bool,
+    strict: bool,
+    allow_host: Vec<String>,
     decision: Option<Decision>,
     command: Vec<OsString>,
 }
@@ -210,44 +776,99 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
         timeout,
         verbose,
         staged,
+        strict,
+        allow_host,
         decision,
         command,
     } = args;
     let host = HostEnv::from_process().context("reading the environment")?;
     let cwd = std::env::current_dir().context("reading the current folder")?;
-    let project = match project {
-        Some(p) => p,
-        None => project_root_from(&cwd),
+    let project = resolve_project(project, &cwd)?;
+    let flags = Flags {
+        executor: executor_flag.map(ExecutorChoice::from),
+        staged,
+        strict,
+        allow_hosts: allow_host,
     };
-    let project = std::fs::canonicalize(&project)
-        .with_context(|| format!("project folder {}", project.display()))?;
-    let settings = garuda_policy::load_settings(&project, &host)?;
+    let settings = garuda_policy::load_policy(&project, &host, &flags)?;
     // An apply interrupted by a crash is finished (or rolled back) before anything else runs.
     for r in garuda_staging::recover(&host.garuda_home)? {
         eprintln!("garuda: {r}");
     }
-    let staged = staged || settings.command_mode == CommandMode::Staged;
+    // Every run is an audit session; without one, nothing runs.
+    let mut recorder = crate::record::Recorder::open(&host, &project, &settings)?;
+    if verbose {
+        eprintln!("garuda: audit session {}", recorder.session_id());
+    }
+    let run = run_sandbox(
+        &mut recorder,
+        RunInputs {
+            host,
+            cwd,
+            project,
+            settings,
+            capture,
+            timeout,
+            verbose,
+            decision,
+            command,
+        },
+    );
+    match run {
+        Ok(code) => {
+            recorder.close(serde_json::json!({ "exit_code": code }))?;
+            Ok(code)
+        }
+        Err(e) => {
+            let kind = if recorder.intent_written() {
+                "command_failed"
+            } else {
+                "refusal"
+            };
+            let recorded = recorder.event(kind, serde_json::json!({ "error": format!("{e:#}") }));
+            let closed = recorder.close(serde_json::json!({ "exit_code": SETUP_FAILED }));
+            if let Err(audit) = recorded.and(closed) {
+                eprintln!("garuda: {}", describe_error(&audit));
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Everything `sandbox` has resolved before the audit session opens.
+struct RunInputs {
+    host: HostEnv,
+    cwd: PathBuf,
+    project: PathBuf,
+    settings: EffectiveSettings,
+    capture: bool,
+    timeout: Option<u64>,
+    verbose: bool,
+    decision: Option<Decision>,
+    command: Vec<OsString>,
+}
+
+/// The part of `garuda sandbox` that runs inside an audit session: checks, the intent, the
+/// command, its result.
+fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Result<i32> {
+    let RunInputs {
+        host,
+        cwd,
+        project,
+        settings,
+        capture,
+        timeout,
+        verbose,
+        decision,
+        command,
+    } = inputs;
+    let staged = settings.command_mode == CommandMode::Staged;
     if decision.is_some() && !staged {
         bail!("--apply and --discard need a staged command (--staged)");
     }
-    let choice = match executor_flag.map(ExecutorChoice::from) {
-        None => settings.executor,
-        Some(flag) => {
-            // A flag may pick another sandbox, but not step outside one a managed policy set.
-            if let Some(origin) = &settings.executor_origin {
-                if origin.kind == SourceKind::Managed && flag != settings.executor {
-                    bail!(
-                        "the managed policy {} sets executor {:?}; --executor cannot change it",
-                        origin.path.display(),
-                        settings.executor
-                    );
-                }
-            }
-            flag
-        }
-    };
+    let choice = settings.executor;
     if let Some(origin) = &settings.executor_origin {
-        if origin.kind == SourceKind::Project && executor_flag.is_none() {
+        if origin.kind == SourceKind::Project {
             refuse_weaker_project_executor(settings.executor, &origin.path)?;
         }
     }
@@ -255,7 +876,7 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
     if let Some(secs) = timeout {
         policy.limits.timeout = Some(Duration::from_secs(secs));
     }
-    let selection = executor::select_executor(choice).map_err(|e| anyhow!(e))?;
+    let selection = select_for_policy(choice, &settings)?;
     if selection.executor.kind() == ExecutorKind::Host {
         if staged {
             bail!("staged mode is selected but the host executor has no sandbox to stage in: install bubblewrap or use a kernel with Landlock and user namespaces (no fallback to direct mode)");
@@ -274,15 +895,51 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
     } else {
         StdioMode::Inherit
     };
+    // Dropped when this function returns, after the command's output: prints what the proxy
+    // refused.
+    let mut network = NetworkSession::start(&settings, selection.executor.kind())?;
+    if let Some(n) = &network {
+        policy.network = n.mode.clone();
+        if verbose {
+            let hosts: Vec<String> = settings
+                .network_allow
+                .iter()
+                .map(|(h, _)| h.to_string())
+                .collect();
+            eprintln!("garuda: network through the proxy to: {}", hosts.join(", "));
+        }
+    }
+    recorder.intent(serde_json::json!({
+        "argv": spec.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>(),
+        "cwd": spec.cwd.as_ref().unwrap_or(&project).display().to_string(),
+        "executor": selection.executor.kind().name(),
+        "mode": if staged { "staged" } else { "direct" },
+        "network_allow": settings
+            .network_allow
+            .iter()
+            .map(|(h, _)| h.to_string())
+            .collect::<Vec<_>>(),
+        "timeout_s": timeout,
+    }))?;
     if !staged {
         let guard = GitGuard::snapshot(&policy);
         let outcome = selection.executor.run(&spec, &policy, mode);
         // Every process of the command is gone: nothing can race the guard.
-        for v in guard.restore() {
+        let violations: Vec<String> = guard.restore().iter().map(|v| v.to_string()).collect();
+        for v in &violations {
             eprintln!("garuda: git guard: {v}");
         }
         let outcome = outcome.map_err(|e| anyhow!(e))?;
-        return Ok(finish(&outcome, capture));
+        let code = finish(&outcome, capture);
+        let blocked = network
+            .take()
+            .map(NetworkSession::finish)
+            .unwrap_or_default();
+        recorder.event(
+            "command_result",
+            result_event(&outcome, &blocked, None, &violations),
+        )?;
+        return Ok(code);
     }
     let backend = match settings.staging_backend {
         StagingBackend::Auto => BackendChoice::Auto,
@@ -315,8 +972,40 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
     if let Err(e) = session.close() {
         eprintln!("garuda: could not remove the staging folder: {e}");
     }
-    let outcome = result?;
-    Ok(finish(&outcome, capture))
+    let (outcome, staged_result) = result?;
+    let code = finish(&outcome, capture);
+    let blocked = network
+        .take()
+        .map(NetworkSession::finish)
+        .unwrap_or_default();
+    recorder.event(
+        "command_result",
+        result_event(&outcome, &blocked, Some(staged_result), &[]),
+    )?;
+    Ok(code)
+}
+
+/// The `command_result` event of the audit log.
+fn result_event(
+    outcome: &executor::Outcome,
+    blocked: &[String],
+    staged: Option<&str>,
+    git_guard: &[String],
+) -> serde_json::Value {
+    let (status, detail) = match outcome.status {
+        executor::ExitStatus::Code(c) => ("exited", Some(c)),
+        executor::ExitStatus::Signal(s) => ("killed by signal", Some(s)),
+        executor::ExitStatus::TimedOut => ("timed out", None),
+    };
+    serde_json::json!({
+        "status": status,
+        "code": detail,
+        "exit_code": outcome.status.code(),
+        "duration_ms": u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
+        "blocked": blocked,
+        "staged": staged,
+        "git_guard": git_guard,
+    })
 }
 
 /// Print captured output and the timeout note; the exit code to return.
@@ -342,43 +1031,50 @@ fn run_staged(
     mut policy: garuda_policy::ExecPolicy,
     mode: StdioMode,
     decision: Option<Decision>,
-) -> Result<executor::Outcome> {
+) -> Result<(executor::Outcome, &'static str)> {
     let mark = session.prepare()?;
     policy.staged = Some(session.view());
     let outcome = executor.run(spec, &policy, mode).map_err(|e| anyhow!(e))?;
     let set = session.changes(&mark)?;
     if set.is_empty() {
         eprintln!("garuda: the command changed nothing that could be applied");
-        return Ok(outcome);
+        return Ok((outcome, "no change"));
     }
     eprintln!("{}", garuda_staging::render(&set, session));
     let decision = match decision {
         Some(d) => d,
         None => ask_apply_or_discard(set.can_apply())?,
     };
-    match decision {
+    let what = match decision {
         Decision::Apply if !set.can_apply() => {
             session.discard(&set)?;
             eprintln!("garuda: the change cannot be applied (see above); it was discarded and the project did not change");
+            "discarded (could not be applied)"
         }
         Decision::Apply => match session.apply(&set) {
-            Ok(applied) => eprintln!("garuda: applied: {applied}"),
+            Ok(applied) => {
+                eprintln!("garuda: applied: {applied}");
+                "applied"
+            }
             // Past the commit point the change is applied, only not finished: the journal
             // finishes it at the next start (or when this session closes). Do not discard.
             Err(e @ StagingError::CommitUnfinished { .. }) => {
                 eprintln!("garuda: the change is committed but not fully written: {e}");
+                "applied (committed, finished by the journal)"
             }
             Err(e) => {
                 session.discard(&set)?;
                 eprintln!("garuda: nothing was applied: {e}; the change was discarded and the project did not change");
+                "discarded (apply failed)"
             }
         },
         Decision::Discard => {
             session.discard(&set)?;
             eprintln!("garuda: discarded: the project did not change");
+            "discarded"
         }
-    }
-    Ok(outcome)
+    };
+    Ok((outcome, what))
 }
 
 /// Ask on the terminal. Without one, discard and say so: an unattended run never applies a

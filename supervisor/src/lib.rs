@@ -17,7 +17,11 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod audit_cmd;
 pub mod cli;
 pub mod doctor;
 pub mod executor;
+pub mod netbridge;
+pub mod proxy;
+pub mod record;
 pub(crate) mod sys;

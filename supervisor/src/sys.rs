@@ -589,6 +589,23 @@ pub struct NativePlan {
     pub parent_pid: libc::pid_t,
     /// Write end of the report pipe (close-on-exec).
     pub report_fd: RawFd,
+    /// In proxy mode: outer makes the bridge's listener in the new network namespace and hands
+    /// it to the supervisor (see [`BridgeHandoff`]) before anything else runs there.
+    pub bridge: Option<BridgeHandoff>,
+}
+
+/// The sandbox side of the proxy bridge's listener handoff (`crate::netbridge`): in the new
+/// network namespace, after loopback is up, the setup code listens on `127.0.0.1:port`, sends
+/// the listening socket to the supervisor over `channel` (`SCM_RIGHTS`), and waits for one
+/// byte, the supervisor's go-ahead that its forwarder runs. End of stream instead of the byte
+/// means the supervisor could not start the bridge: the setup fails and the command never
+/// starts.
+#[derive(Debug, Clone, Copy)]
+pub struct BridgeHandoff {
+    /// Loopback port to listen on inside the sandbox.
+    pub port: u16,
+    /// The sandbox's end of a unix socket pair (close-on-exec); closed after the handoff.
+    pub channel: RawFd,
 }
 
 /// Where in the child a setup step failed. Numbers are stable: the parent decodes them.
@@ -633,6 +650,10 @@ pub enum Stage {
     Loopback = 18,
     /// Adding a Landlock rule inside the new mount namespace.
     LandlockRule = 19,
+    /// Making the proxy bridge's listener on the sandbox's loopback.
+    BridgeListen = 20,
+    /// Handing the listener to the supervisor, or the supervisor refusing to go ahead.
+    BridgeHandoff = 21,
     /// Mount step N is reported as `MOUNT_BASE + N`.
     MountBase = 1000,
 }
@@ -736,6 +757,13 @@ fn outer_main(plan: &NativePlan) -> ! {
         report(rep, Stage::Loopback as u32, e);
         // SAFETY: ends the child.
         unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
+    if let Some(bridge) = &plan.bridge {
+        if let Err((stage, e)) = bridge_handoff(bridge) {
+            report(rep, stage as u32, e);
+            // SAFETY: ends the child.
+            unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+        }
     }
     for (i, step) in plan.mounts.iter().enumerate() {
         if let Err(e) = run_mount_step(step) {
@@ -1199,30 +1227,273 @@ fn run_mount_step(step: &MountStep) -> Result<(), i32> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The proxy bridge (`crate::netbridge`): the sandbox side runs in forked children (no
+// allocation); the supervisor side are ordinary wrappers.
+
+/// Backlog of the bridge's listener: connections wait there until the forwarder takes them.
+const BRIDGE_BACKLOG: libc::c_int = 128;
+
+/// The one control message of a handoff: a header and room for the descriptors. `repr(C)`
+/// puts `fds` right after the header, where `CMSG_DATA` points (the header's size is a
+/// multiple of the alignment on every Linux ABI).
+#[repr(C)]
+struct FdMessage {
+    header: libc::cmsghdr,
+    fds: [libc::c_int; 4],
+}
+
+fn zeroed_fd_message() -> FdMessage {
+    FdMessage {
+        // SAFETY: cmsghdr is plain integers (and private padding); all-zero is a valid value.
+        header: unsafe { std::mem::zeroed() },
+        fds: [-1; 4],
+    }
+}
+
+/// In a child of the supervisor, inside the new network namespace (loopback up): listen on
+/// `127.0.0.1:port`, send the listener over the channel, close it, and wait for the
+/// supervisor's go-ahead byte. Async-signal-safe: system calls on stack data only.
+pub(crate) fn bridge_handoff(bridge: &BridgeHandoff) -> Result<(), (Stage, i32)> {
+    let result = bridge_handoff_inner(bridge);
+    // SAFETY: closing our end of the channel; the command must not inherit it.
+    unsafe { libc::close(bridge.channel) };
+    result
+}
+
+fn bridge_handoff_inner(bridge: &BridgeHandoff) -> Result<(), (Stage, i32)> {
+    // SAFETY: socket with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err((Stage::BridgeListen, errno()));
+    }
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: bridge.port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: `addr` is a valid sockaddr_in of the given size; `fd` is ours.
+    let bound = unsafe {
+        libc::bind(
+            fd,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    // SAFETY: listen on our socket.
+    let listening = bound == 0 && unsafe { libc::listen(fd, BRIDGE_BACKLOG) } == 0;
+    if !listening {
+        let e = (Stage::BridgeListen, errno());
+        // SAFETY: closing the socket opened above.
+        unsafe { libc::close(fd) };
+        return Err(e);
+    }
+    let sent = send_fd(bridge.channel, fd);
+    // SAFETY: the supervisor has its own copy now (or the send failed); ours goes.
+    unsafe { libc::close(fd) };
+    sent.map_err(|e| (Stage::BridgeHandoff, e))?;
+    let mut go = [0u8; 1];
+    loop {
+        // SAFETY: `go` is a valid one-byte buffer.
+        let n = unsafe { libc::read(bridge.channel, go.as_mut_ptr().cast(), 1) };
+        match n {
+            1 => return Ok(()),
+            // The supervisor closed the channel: it could not start the forwarder.
+            0 => return Err((Stage::BridgeHandoff, libc::ECONNABORTED)),
+            _ if errno() == libc::EINTR => continue,
+            _ => return Err((Stage::BridgeHandoff, errno())),
+        }
+    }
+}
+
+/// Send `fd` over the unix socket `channel` (`SCM_RIGHTS`, with a one-byte payload).
+/// Async-signal-safe.
+fn send_fd(channel: RawFd, fd: RawFd) -> Result<(), i32> {
+    let mut payload = [b'L'];
+    let mut iov = libc::iovec {
+        iov_base: payload.as_mut_ptr().cast(),
+        iov_len: payload.len(),
+    };
+    let mut control = zeroed_fd_message();
+    // SAFETY: CMSG_LEN and CMSG_SPACE are pure arithmetic on a constant.
+    let (len, space) = unsafe {
+        (
+            libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as libc::c_uint),
+            libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as libc::c_uint),
+        )
+    };
+    control.header.cmsg_len = len as _;
+    control.header.cmsg_level = libc::SOL_SOCKET;
+    control.header.cmsg_type = libc::SCM_RIGHTS;
+    control.fds[0] = fd;
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header, filled in below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = (&mut control as *mut FdMessage).cast();
+    msg.msg_controllen = space as _;
+    loop {
+        // SAFETY: `msg` points at `iov`, `payload` and `control`, all alive for the call;
+        // `space` does not exceed the size of `control`.
+        let n = unsafe { libc::sendmsg(channel, &msg, libc::MSG_NOSIGNAL) };
+        if n == 1 {
+            return Ok(());
+        }
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        return Err(if n < 0 { errno() } else { libc::EIO });
+    }
+}
+
+/// Receive one descriptor sent with `SCM_RIGHTS` on `channel` (made close-on-exec on
+/// arrival). `Ok(None)` at end of stream: the sender ended without sending. Any further
+/// descriptor in the same message is closed.
+pub fn recv_fd(channel: &impl AsRawFd) -> io::Result<Option<OwnedFd>> {
+    let mut payload = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: payload.as_mut_ptr().cast(),
+        iov_len: payload.len(),
+    };
+    let mut control = zeroed_fd_message();
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header, filled in below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = (&mut control as *mut FdMessage).cast();
+    msg.msg_controllen = std::mem::size_of::<FdMessage>() as _;
+    let n = loop {
+        // SAFETY: `msg` points at buffers that outlive the call, with their true sizes.
+        let n = unsafe { libc::recvmsg(channel.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        break cvt(n as libc::c_long)?;
+    };
+    let mut received: Vec<OwnedFd> = Vec::new();
+    // SAFETY: `msg` was filled by recvmsg; CMSG_FIRSTHDR and CMSG_NXTHDR only walk the
+    // control buffer within `msg_controllen`, and CMSG_DATA points inside the same header.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let header = libc::CMSG_LEN(0) as usize;
+                let count = ((*cmsg).cmsg_len as usize).saturating_sub(header)
+                    / std::mem::size_of::<libc::c_int>();
+                let data = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
+                for i in 0..count {
+                    let fd = std::ptr::read_unaligned(data.add(i));
+                    if fd >= 0 {
+                        // The kernel installed each descriptor for us: we own it.
+                        received.push(OwnedFd::from_raw_fd(fd));
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::other("the descriptor message was truncated"));
+    }
+    let mut received = received.into_iter();
+    match received.next() {
+        // Extra descriptors (none are ever sent) are closed when `received` drops.
+        Some(fd) => Ok(Some(fd)),
+        None if n == 0 => Ok(None),
+        None => Err(io::Error::other("a message without a descriptor")),
+    }
+}
+
+/// `poll(2)` on `fds` for at most `timeout_ms` milliseconds (-1: no limit); returns how many
+/// entries have events. `EINTR` is returned as an error of kind `Interrupted`.
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usize> {
+    // SAFETY: `fds` is a valid, writable array of `fds.len()` pollfd entries.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    cvt(n as libc::c_long).map(|n| n as usize)
+}
+
+/// A non-blocking, close-on-exec unix stream socket connected to `path`. A unix connect
+/// completes at once or fails; `WouldBlock` means the listener's backlog is full.
+pub fn unix_connect_nonblocking(path: &std::path::Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; all-zero is a valid empty address.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} cannot be a unix socket address", path.display()),
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: socket with constant arguments.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    cvt(fd as libc::c_long)?;
+    // SAFETY: socket succeeded; we own the new descriptor.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    loop {
+        // SAFETY: `addr` is a valid sockaddr_un and `len` does not exceed its size.
+        let r = unsafe {
+            libc::connect(
+                sock.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                len as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return Ok(sock);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // bubblewrap's spawn hook.
 
-/// The staged view bwrap should find at the project's path: the hook makes a user and mount
-/// namespace of its own, mounts the view there, then execs bwrap inside it (bwrap 0.8 has no
-/// `--overlay`). No extra `exec`.
-pub struct BwrapStaged {
+/// Namespaces the spawn hook makes before it execs bwrap inside them (no extra `exec`): a user
+/// namespace (the user mapped to itself), plus
+///
+/// - a mount namespace with the staged view at the project's path, when `mount` is set (bwrap
+///   0.8 has no `--overlay`);
+/// - a network namespace with loopback up and the proxy bridge's listener handed to the
+///   supervisor, when `bridge` is set (bwrap then runs without `--unshare-net` and inherits
+///   it; it has no way to hand out a socket of the namespace it makes itself).
+pub struct BwrapNamespaces {
     /// Contents of `/proc/self/uid_map` (the user mapped to itself).
     pub uid_map: Vec<u8>,
     /// Contents of `/proc/self/gid_map`.
     pub gid_map: Vec<u8>,
-    /// The mount: an [`MountStep::Overlay`] or a [`MountStep::Bind`] of a copy.
-    pub mount: MountStep,
+    /// The staged view: an [`MountStep::Overlay`] or a [`MountStep::Bind`] of a copy.
+    pub mount: Option<MountStep>,
+    /// The proxy bridge's listener handoff.
+    pub bridge: Option<BridgeHandoff>,
 }
 
 /// Install a `pre_exec` hook on a `std::process::Command` that, in the child, clears
 /// close-on-exec on `keep` (the descriptors bubblewrap reads, like `--add-seccomp-fd`), sets
 /// `RLIMIT_NPROC` when given, joins a cgroup by writing `0` to `cgroup_procs` when given, and
-/// mounts the staged view when given.
+/// makes the namespaces of [`BwrapNamespaces`] when given.
 pub fn bwrap_pre_exec(
     cmd: &mut std::process::Command,
     keep: Vec<RawFd>,
     nproc: Option<u64>,
     cgroup_procs: Option<CString>,
-    staged: Option<BwrapStaged>,
+    namespaces: Option<BwrapNamespaces>,
 ) {
     use std::os::unix::process::CommandExt;
     let hook = move || -> io::Result<()> {
@@ -1251,18 +1522,32 @@ pub fn bwrap_pre_exec(
         if let Some(path) = &cgroup_procs {
             write_file(path, b"0").map_err(io::Error::from_raw_os_error)?;
         }
-        if let Some(st) = &staged {
+        if let Some(ns) = &namespaces {
+            let mut flags = libc::CLONE_NEWUSER;
+            if ns.mount.is_some() {
+                flags |= libc::CLONE_NEWNS;
+            }
+            if ns.bridge.is_some() {
+                flags |= libc::CLONE_NEWNET;
+            }
             // SAFETY: unshare takes flags only.
-            cvt(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } as libc::c_long)?;
-            write_id_maps(&st.uid_map, &st.gid_map).map_err(io::Error::from_raw_os_error)?;
-            run_mount_step(&MountStep::MakeRootPrivate).map_err(io::Error::from_raw_os_error)?;
-            run_mount_step(&st.mount).map_err(io::Error::from_raw_os_error)?;
+            cvt(unsafe { libc::unshare(flags) } as libc::c_long)?;
+            write_id_maps(&ns.uid_map, &ns.gid_map).map_err(io::Error::from_raw_os_error)?;
+            if let Some(mount) = &ns.mount {
+                run_mount_step(&MountStep::MakeRootPrivate)
+                    .map_err(io::Error::from_raw_os_error)?;
+                run_mount_step(mount).map_err(io::Error::from_raw_os_error)?;
+            }
+            if let Some(bridge) = &ns.bridge {
+                loopback_up().map_err(io::Error::from_raw_os_error)?;
+                bridge_handoff(bridge).map_err(|(_, e)| io::Error::from_raw_os_error(e))?;
+            }
         }
         Ok(())
     };
     // SAFETY: the hook runs between fork and exec and only calls close_range, fcntl, setrlimit,
-    // open, write, close, unshare and mount on data captured before the fork; it allocates
-    // nothing.
+    // open, write, read, close, unshare, mount, socket, ioctl, bind, listen and sendmsg on data
+    // captured before the fork; it allocates nothing.
     unsafe { cmd.pre_exec(hook) };
 }
 

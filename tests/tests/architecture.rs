@@ -173,6 +173,34 @@ fn unsafe_is_forbidden_outside_the_supervisor_sys_module() {
             "executor/capture.rs",
             include_str!("../../supervisor/src/executor/capture.rs"),
         ),
+        (
+            "netbridge.rs",
+            include_str!("../../supervisor/src/netbridge.rs"),
+        ),
+        (
+            "proxy/mod.rs",
+            include_str!("../../supervisor/src/proxy/mod.rs"),
+        ),
+        (
+            "proxy/gate.rs",
+            include_str!("../../supervisor/src/proxy/gate.rs"),
+        ),
+        (
+            "proxy/http.rs",
+            include_str!("../../supervisor/src/proxy/http.rs"),
+        ),
+        (
+            "proxy/idle.rs",
+            include_str!("../../supervisor/src/proxy/idle.rs"),
+        ),
+        (
+            "proxy/resolve.rs",
+            include_str!("../../supervisor/src/proxy/resolve.rs"),
+        ),
+        (
+            "proxy/scope.rs",
+            include_str!("../../supervisor/src/proxy/scope.rs"),
+        ),
     ] {
         assert!(!src.contains("unsafe {"), "{name} contains an unsafe block");
         assert!(!src.contains("unsafe fn"), "{name} contains an unsafe fn");

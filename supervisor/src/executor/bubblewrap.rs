@@ -11,6 +11,12 @@
 //!
 //! The argument vector is built as data ([`argv`]) and golden-tested; it is never a shell
 //! string.
+//!
+//! In proxy mode ([`garuda_policy::NetworkMode::Proxy`]) the spawn hook makes the user and
+//! network namespaces itself (loopback up, the proxy bridge's listener handed to the
+//! supervisor, see [`crate::netbridge`]) and execs bwrap inside them; the argument vector then
+//! has no `--unshare-net`, so bwrap and the command stay in that namespace. bwrap cannot hand
+//! out a socket of a namespace it makes itself.
 
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -19,11 +25,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use garuda_policy::ExecPolicy;
+use garuda_policy::{ExecPolicy, NetworkMode};
 
 use super::capture::{join_reader, spawn_reader, wait_child};
 use super::layout::{layout, Op};
 use super::{CommandSpec, ExecError, Executor, ExecutorKind, Outcome, StdioMode};
+use crate::netbridge;
 use crate::sys;
 
 /// Oldest bubblewrap with every option we use (`--disable-userns`, `--add-seccomp-fd`,
@@ -40,6 +47,10 @@ pub struct Fds {
 }
 
 /// The bwrap arguments (without the program name) for `cmd` under `policy`.
+///
+/// In proxy mode `--unshare-net` is left out: the spawn hook has already put bwrap in a
+/// network namespace of its own with the bridge's listener (see the module documentation).
+/// The hook and this function decide from the same `policy.network`.
 pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Vec<OsString> {
     let mut a: Vec<OsString> = Vec::new();
     let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
@@ -48,7 +59,13 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
         "--die-with-parent".as_ref(),
         "--unshare-user".as_ref(),
         "--unshare-pid".as_ref(),
-        "--unshare-net".as_ref(),
+    ]);
+    match policy.network {
+        NetworkMode::Isolated => push(&["--unshare-net".as_ref()]),
+        // The hook's namespace (loopback only, plus the bridge's listener).
+        NetworkMode::Proxy { .. } => {}
+    }
+    push(&[
         "--unshare-ipc".as_ref(),
         "--unshare-uts".as_ref(),
         "--unshare-cgroup-try".as_ref(),
@@ -275,6 +292,12 @@ fn remove_cgroup(dir: &Path) {
     }
 }
 
+fn remove_limit(limit: &ProcessLimit) {
+    if let ProcessLimit::Cgroup(dir) = limit {
+        remove_cgroup(dir);
+    }
+}
+
 fn has_pids_v2(base: &Path) -> bool {
     std::fs::read_to_string(base.join("cgroup.controllers"))
         .map(|c| c.split_whitespace().any(|w| w == "pids"))
@@ -295,7 +318,7 @@ pub fn bare_command(
     command
         .args(argv(policy, cwd, cmd, fds))
         .env_clear()
-        .envs(policy.env.iter().map(|(k, v)| (k, v)));
+        .envs(policy.command_env());
     let mut keep = fds.empty.clone();
     keep.push(fds.seccomp);
     sys::bwrap_pre_exec(&mut command, keep, None, None, None);
@@ -324,6 +347,7 @@ impl Executor for BubblewrapExecutor {
             executor: ExecutorKind::Bubblewrap,
             reason: "bwrap not found (install the bubblewrap package)".into(),
         })?;
+        let proxy = netbridge::checked_proxy(&policy.network)?;
         let cwd = super::select::checked_cwd(cmd, policy)?;
         // bwrap reports a missing program as its own failure (exit 1); answer like a shell.
         let program = super::select::resolve_program(&cmd.argv[0], &policy.env);
@@ -360,7 +384,20 @@ impl Executor for BubblewrapExecutor {
         command
             .args(argv(policy, &cwd, cmd, &fds))
             .env_clear()
-            .envs(policy.env.iter().map(|(k, v)| (k, v)));
+            .envs(policy.command_env());
+        let mount = match &policy.staged {
+            None => None,
+            Some(view) => Some(super::landlock::staged_mount(view, &policy.project_root)?),
+        };
+        let handoff = proxy
+            .map(|(socket, port)| netbridge::handoff(socket, port).map(|h| (h, port)))
+            .transpose()?;
+        let bridge_plan = handoff
+            .as_ref()
+            .map(|((_, theirs), port)| sys::BridgeHandoff {
+                port: *port,
+                channel: theirs.as_raw_fd(),
+            });
         let limit = process_limit(policy.limits.max_processes);
         let (nproc, cgroup_procs) = match &limit {
             ProcessLimit::Rlimit(n) => (Some(*n), None),
@@ -378,33 +415,83 @@ impl Executor for BubblewrapExecutor {
         };
         let mut keep = fds.empty.clone();
         keep.push(fds.seccomp);
-        let staged = match &policy.staged {
-            None => None,
-            Some(view) => Some(sys::BwrapStaged {
-                uid_map: sys::id_map(sys::current_uid()),
-                gid_map: sys::id_map(sys::current_gid()),
-                mount: super::landlock::staged_mount(view, &policy.project_root)?,
-            }),
-        };
-        sys::bwrap_pre_exec(&mut command, keep, nproc, cgroup_procs, staged);
+        let namespaces = (mount.is_some() || bridge_plan.is_some()).then(|| sys::BwrapNamespaces {
+            uid_map: sys::id_map(sys::current_uid()),
+            gid_map: sys::id_map(sys::current_gid()),
+            mount,
+            bridge: bridge_plan,
+        });
+        sys::bwrap_pre_exec(&mut command, keep, nproc, cgroup_procs, namespaces);
         if stdio == StdioMode::Capture {
             command
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
         }
+        // Proxy mode: the hook hands over the listener and waits for the go-ahead before it
+        // execs bwrap, and `spawn` returns only after that exec, so the listener is received
+        // (and the forwarder started) on a thread of its own while `spawn` waits.
+        let (receiving, theirs) = match handoff {
+            None => (None, None),
+            Some(((receiver, theirs), _)) => {
+                let thread = std::thread::Builder::new()
+                    .name("garuda-handoff".into())
+                    .spawn(move || receiver.receive());
+                match thread {
+                    Ok(thread) => (Some(thread), Some(theirs)),
+                    Err(e) => {
+                        remove_limit(&limit);
+                        return Err(netbridge::BridgeError::Start(e).into());
+                    }
+                }
+            }
+        };
         let start = Instant::now();
         let spawned = command.spawn();
+        // The hook's copy is closed (or the hook never ran): the receiver sees the end.
+        drop(theirs);
         drop(seccomp_fd);
         drop(empties);
-        let mut child = spawned.map_err(setup("spawn bwrap"))?;
+        let received = receiving.map(|thread| {
+            thread.join().unwrap_or_else(|_| {
+                Err(netbridge::BridgeError::Start(std::io::Error::other(
+                    "the handoff thread panicked",
+                )))
+            })
+        });
+        let (bridge, bridge_failure) = match received {
+            None => (None, None),
+            Some(Ok(bridge)) => (Some(bridge), None),
+            Some(Err(e)) => (None, Some(e)),
+        };
+        let mut child = match (spawned, bridge_failure) {
+            (Ok(mut child), Some(e)) => {
+                // Not reached: without the go-ahead the hook fails and bwrap never runs.
+                let _ = child.kill();
+                let _ = child.wait();
+                remove_limit(&limit);
+                return Err(e.into());
+            }
+            (Err(spawn_error), failure) => {
+                remove_limit(&limit);
+                return Err(match failure {
+                    // The hook ended before the handoff: its own error says why.
+                    None | Some(netbridge::BridgeError::NoListener { .. }) => ExecError::Setup {
+                        stage: "spawn bwrap".into(),
+                        error: spawn_error,
+                    },
+                    Some(e) => e.into(),
+                });
+            }
+            (Ok(child), None) => child,
+        };
         let cap = policy.limits.output_cap;
         let out = child.stdout.take().map(|s| spawn_reader(s, cap));
         let err = child.stderr.take().map(|s| spawn_reader(s, cap));
         let status = wait_child(&mut child, policy.limits.timeout, false);
-        if let ProcessLimit::Cgroup(dir) = &limit {
-            remove_cgroup(dir);
-        }
+        // bwrap is gone, and with it (--die-with-parent, PID 1) the whole sandbox.
+        drop(bridge);
+        remove_limit(&limit);
         Ok(Outcome {
             status: status?,
             stdout: join_reader(out)?,
@@ -426,9 +513,9 @@ mod tests {
         assert_eq!(parse_version("bwrap 1"), None);
     }
 
-    /// Golden test: the exact argument vector for a policy with one of everything.
-    #[test]
-    fn golden_argv() {
+    /// The argument vector for a policy with one of everything, with the project root shown
+    /// as `$ROOT`.
+    fn golden_for(network: NetworkMode) -> Vec<String> {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         std::fs::write(root.join(".env"), "K=v").unwrap();
@@ -439,7 +526,7 @@ mod tests {
             read_only_paths: vec![root.join(".git/hooks")],
             unreadable_paths: vec![root.join(".env")],
             hidden_dirs: vec![PathBuf::from("/run")],
-            network: NetworkMode::Isolated,
+            network,
             staged: None,
             env: vec![],
             limits: Limits::default(),
@@ -449,13 +536,18 @@ mod tests {
             seccomp: 7,
             empty: vec![9],
         };
-        let got: Vec<String> = argv(&policy, &root, &cmd, &fds)
+        argv(&policy, &root, &cmd, &fds)
             .into_iter()
             .map(|s| {
                 s.to_string_lossy()
                     .replace(&*root.to_string_lossy(), "$ROOT")
             })
-            .collect();
+            .collect()
+    }
+
+    /// Golden test: the exact argument vector for a policy with one of everything.
+    #[test]
+    fn golden_argv() {
         #[rustfmt::skip]
         let want = [
             "--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid",
@@ -475,6 +567,37 @@ mod tests {
             "--",
             "sh", "-c", "echo hi; rm -rf /",
         ];
+        assert_eq!(golden_for(NetworkMode::Isolated), want);
+    }
+
+    /// Golden test, proxy mode: the same vector without `--unshare-net` (the spawn hook made
+    /// the network namespace, with the bridge's listener in it); neither the socket path nor
+    /// the port appears (nothing is mounted for the bridge).
+    #[test]
+    fn golden_argv_proxy_mode() {
+        #[rustfmt::skip]
+        let want = [
+            "--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--disable-userns", "--cap-drop", "ALL",
+            "--ro-bind", "/", "/",
+            "--dev", "/dev",
+            "--proc", "/proc",
+            "--tmpfs", "/tmp",
+            "--tmpfs", "/run", "--remount-ro", "/run",
+            "--bind", "$ROOT", "$ROOT",
+            "--bind", "$ROOT/.git", "$ROOT/.git",
+            "--ro-bind", "$ROOT/.git/hooks", "$ROOT/.git/hooks",
+            "--perms", "0000", "--ro-bind-data", "9", "$ROOT/.env",
+            "--chdir", "$ROOT",
+            "--add-seccomp-fd", "7",
+            "--",
+            "sh", "-c", "echo hi; rm -rf /",
+        ];
+        let got = golden_for(NetworkMode::Proxy {
+            socket: "/home/u/.garuda/proxy/1.sock".into(),
+            port: 3128,
+        });
         assert_eq!(got, want);
     }
 }

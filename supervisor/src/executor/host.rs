@@ -5,6 +5,12 @@
 //! how we know each case can fail. It still applies the environment allowlist and the output
 //! cap, and kills the command's process group when the command ends, but it says plainly that
 //! nothing else is enforced.
+//!
+//! In proxy mode ([`garuda_policy::NetworkMode::Proxy`]) the command gets the same proxy
+//! variables as in a sandbox, and the supervisor forwards the host's `127.0.0.1:port` (which
+//! must be free) to the proxy for as long as the command runs, so tools that follow the
+//! variables behave as in a sandbox. Nothing stops a command from going around it: the host
+//! executor is the negative control, with the host's full network.
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -46,6 +52,7 @@ impl Executor for HostExecutor {
                 reason: "staged commands need an OS sandbox (the host executor has none)".into(),
             });
         }
+        let proxy = crate::netbridge::checked_proxy(&policy.network)?;
         let cwd = super::select::checked_cwd(cmd, policy)?;
         let resolved = super::select::resolve_program(program, &policy.env);
         if !resolved.is_absolute() && !program.as_bytes().contains(&b'/') {
@@ -61,7 +68,7 @@ impl Executor for HostExecutor {
             .args(args)
             .current_dir(&cwd)
             .env_clear()
-            .envs(policy.env.iter().map(|(k, v)| (k, v)));
+            .envs(policy.command_env());
         crate::sys::own_process_group(&mut command);
         if stdio == StdioMode::Capture {
             command
@@ -69,6 +76,10 @@ impl Executor for HostExecutor {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
         }
+        // Stopped when it drops, on every way out of this function.
+        let _bridge = proxy
+            .map(|(socket, port)| crate::netbridge::Bridge::on_host_loopback(port, socket))
+            .transpose()?;
         let start = Instant::now();
         let mut child = match command.spawn() {
             Ok(c) => c,

@@ -20,6 +20,11 @@
 //!
 //! Landlock's network rights are not handled: the command's network namespace has no route
 //! anywhere, and handling them would forbid test servers on the sandbox's own loopback.
+//!
+//! In proxy mode ([`garuda_policy::NetworkMode::Proxy`]) outer also makes the proxy bridge's
+//! listener on `127.0.0.1:port` right after loopback is up, hands it to the supervisor and
+//! waits for the go-ahead before it goes on (see [`crate::netbridge`]); nothing else changes
+//! in the sandbox.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -32,6 +37,7 @@ use garuda_policy::{ExecPolicy, StagedView};
 use super::capture::{join_reader, spawn_reader};
 use super::layout::{layout, Op, DEVICES};
 use super::{CommandSpec, ExecError, Executor, ExecutorKind, ExitStatus, Outcome, StdioMode};
+use crate::netbridge;
 use crate::sys::{self, MountStep, NativePlan, Stage};
 
 /// Smallest process limit the native executor can set: the kernel refuses a `pid_max` below
@@ -442,12 +448,20 @@ fn cap_last_cap() -> u32 {
 }
 
 fn stage_name(code: u32, mount_names: &[String]) -> String {
-    const NAMES: [(Stage, &str); 19] = [
+    const NAMES: [(Stage, &str); 21] = [
         (
             Stage::LandlockRule,
             "landlock_add_rule for the private /tmp or /dev",
         ),
         (Stage::Loopback, "bring up loopback"),
+        (
+            Stage::BridgeListen,
+            "proxy bridge: listen on the sandbox's loopback",
+        ),
+        (
+            Stage::BridgeHandoff,
+            "proxy bridge: hand the listener to the supervisor",
+        ),
         (Stage::ParentGone, "parent exited"),
         (Stage::Setsid, "setsid"),
         (Stage::Stdio, "stdio"),
@@ -508,6 +522,7 @@ impl Executor for LandlockExecutor {
             executor: ExecutorKind::Landlock,
             reason,
         })?;
+        let proxy = netbridge::checked_proxy(&policy.network)?;
         let cwd = super::select::checked_cwd(cmd, policy)?;
         let program = super::select::resolve_program(argv0, &policy.env);
         let argv_storage: Vec<CString> = cmd
@@ -516,7 +531,7 @@ impl Executor for LandlockExecutor {
             .map(|a| cstring(a.as_bytes()))
             .collect::<Result<_, _>>()?;
         let envp_storage: Vec<CString> = policy
-            .env
+            .command_env()
             .iter()
             .map(|(k, v)| {
                 let mut kv = k.clone().into_vec();
@@ -547,9 +562,21 @@ impl Executor for LandlockExecutor {
             out_pipe.as_ref().map_or(1, |(_, w)| w.as_raw_fd()),
             err_pipe.as_ref().map_or(2, |(_, w)| w.as_raw_fd()),
         ];
+        let handoff = proxy
+            .map(|(socket, port)| netbridge::handoff(socket, port))
+            .transpose()?;
+        let bridge_plan =
+            handoff
+                .as_ref()
+                .zip(proxy)
+                .map(|((_, theirs), (_, port))| sys::BridgeHandoff {
+                    port,
+                    channel: theirs.as_raw_fd(),
+                });
         // Held handles go above every descriptor the child must keep.
         let first_slot = [report_write.as_raw_fd(), ruleset.as_raw_fd()]
             .into_iter()
+            .chain(bridge_plan.map(|b| b.channel))
             .chain(stdio_fds)
             .max()
             .unwrap_or(2)
@@ -592,6 +619,7 @@ impl Executor for LandlockExecutor {
             cap_last_cap: cap_last_cap(),
             parent_pid: sys::current_pid(),
             report_fd: report_write.as_raw_fd(),
+            bridge: bridge_plan,
         };
         let start = Instant::now();
         let pid = sys::spawn_native(&plan).map_err(setup_err("fork"))?;
@@ -608,11 +636,42 @@ impl Executor for LandlockExecutor {
             drop(w);
             spawn_reader(std::fs::File::from(r), cap)
         });
-        let waited = sys::wait_pid(pid, policy.limits.timeout).map_err(|source| ExecError::Io {
+        // Proxy mode: outer hands over the listener, then waits for the go-ahead, which
+        // `receive` sends once the forwarder runs. Without it the command never starts.
+        let mut bridge_failure = None;
+        let bridge = match handoff {
+            None => None,
+            Some((receiver, theirs)) => {
+                drop(theirs);
+                match receiver.receive() {
+                    Ok(bridge) => Some(bridge),
+                    Err(e) => {
+                        // Outer sees the channel close and gives up; make sure of it.
+                        let _ = sys::kill(pid, libc::SIGKILL);
+                        bridge_failure = Some(e);
+                        None
+                    }
+                }
+            }
+        };
+        let waited = sys::wait_pid(pid, policy.limits.timeout);
+        // The whole sandbox is gone (outer exits after PID 1): close the bridge with it.
+        drop(bridge);
+        let waited = waited.map_err(|source| ExecError::Io {
             what: "waiting for the sandbox",
             error: source,
         })?;
         let reports = sys::decode_reports(&sys::read_to_end(&report_read).unwrap_or_default());
+        if let Some(e) = bridge_failure {
+            // Outer's own report explains a setup that ended before the handoff.
+            if let (netbridge::BridgeError::NoListener { .. }, Some(r)) = (&e, reports.first()) {
+                return Err(ExecError::Setup {
+                    stage: stage_name(r.stage, &mount_names),
+                    error: std::io::Error::from_raw_os_error(r.value),
+                });
+            }
+            return Err(e.into());
+        }
         let stdout = join_reader(out)?;
         let mut stderr = join_reader(err)?;
         let status = match waited {

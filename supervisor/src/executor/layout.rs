@@ -24,6 +24,11 @@
 //!
 //! Later ops win over earlier ones at the same path, so a secret inside the project stays
 //! unreadable although the project is writable.
+//!
+//! Proxy mode adds nothing to the view: the proxy's unix socket is not bound into the sandbox.
+//! The bridge's listener is a socket of the command's network namespace that the supervisor
+//! serves from outside ([`crate::netbridge`]), so the command reaches the proxy only through
+//! `127.0.0.1:<port>`, never through a path.
 
 use std::path::{Path, PathBuf};
 

@@ -141,6 +141,10 @@ pub enum ExecError {
         /// The OS error.
         error: std::io::Error,
     },
+    /// The proxy bridge of [`garuda_policy::NetworkMode::Proxy`] could not be set up
+    /// (see [`crate::netbridge`]); the command did not run.
+    #[error("proxy bridge: {0}")]
+    Bridge(#[from] crate::netbridge::BridgeError),
     /// Reading the command's output or waiting for it failed.
     #[error("{what}: {error}")]
     Io {

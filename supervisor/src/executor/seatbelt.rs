@@ -36,10 +36,15 @@
 //!   policy's environment gives the command (`/var/folders/…/T`), written as its `/private`
 //!   form because Seatbelt compares resolved paths. `/private/tmp`, shared by every user, stays
 //!   read-only. Without a usable `TMPDIR` in `policy.env` no temp dir is writable.
-//! - **No network at all.** `(deny network*)` refuses every socket connection, unix sockets
-//!   included, and with it DNS. There is no exception for the supervisor's proxy:
-//!   [`NetworkMode::Isolated`] is the only mode, and a new mode must be handled in
-//!   `network_rules` before it compiles.
+//! - **No network namespace.** [`NetworkMode::Isolated`]: `(deny network*)` refuses every
+//!   socket connection, unix sockets included, and with it DNS (so the command's own loopback
+//!   servers are unreachable too). [`NetworkMode::Proxy`]: the same, plus outbound TCP to
+//!   `localhost:<port>` only, where the supervisor itself listens on the host's loopback and
+//!   forwards to the proxy ([`crate::netbridge::Bridge::on_host_loopback`]; the port must be
+//!   free on the host). Any other program listening on the host's loopback at that port
+//!   would be reachable instead, which is why the run fails when the supervisor cannot take
+//!   the port. The port is a number Garuda formats, so it is written into the text; no path
+//!   is.
 //! - **Hidden directories are unreadable, not empty.** There are no mounts, so
 //!   `policy.hidden_dirs` get the same rule as the unreadable paths: listing them fails with
 //!   `EPERM` instead of showing an empty directory.
@@ -199,7 +204,7 @@ pub fn profile(policy: &ExecPolicy) -> SeatbeltProfile {
         &[unreadable, hidden].concat(),
     );
     text.push('\n');
-    text.push_str(network_rules(*network));
+    text.push_str(&network_rules(network));
 
     SeatbeltProfile {
         text,
@@ -208,12 +213,15 @@ pub fn profile(policy: &ExecPolicy) -> SeatbeltProfile {
 }
 
 /// The network rules for `mode`, placed last so that no earlier allow can reopen anything.
-fn network_rules(mode: NetworkMode) -> &'static str {
+fn network_rules(mode: &NetworkMode) -> String {
+    // No unix-socket or loopback exception: a host daemon's socket is a way out.
+    let none = "; Network: none, unix sockets and DNS included.\n(deny network*)\n";
     match mode {
-        // No unix-socket or loopback exception either: a host daemon's socket is a way out.
-        NetworkMode::Isolated => {
-            "; Network: none, unix sockets and DNS included.\n(deny network*)\n"
-        }
+        NetworkMode::Isolated => none.to_string(),
+        NetworkMode::Proxy { port, .. } => format!(
+            "{none}; Except the proxy bridge on the loopback (HTTP_PROXY and the others).\n\
+             (allow network-outbound (remote tcp \"localhost:{port}\"))\n"
+        ),
     }
 }
 
@@ -472,7 +480,7 @@ mod macos {
             .args(sandbox_args)
             // Nothing of the supervisor's environment (API keys, tokens) reaches the command.
             .env_clear()
-            .envs(policy.env.iter().map(|(key, value)| (key, value)))
+            .envs(policy.command_env())
             .current_dir(&cwd);
         match stdio {
             StdioMode::Inherit => {
@@ -493,6 +501,11 @@ mod macos {
             }
         }
 
+        // Proxy mode: the supervisor listens on the host's loopback port the profile allows;
+        // stopped when it drops, on every way out of this function.
+        let _bridge = crate::netbridge::checked_proxy(&policy.network)?
+            .map(|(socket, port)| crate::netbridge::Bridge::on_host_loopback(port, socket))
+            .transpose()?;
         let start = Instant::now();
         let child = command.spawn().map_err(|source| ExecError::Setup {
             stage: format!("spawn {SANDBOX_EXEC}"),
@@ -668,6 +681,39 @@ mod tests {
         .map(|(name, path)| (name.to_string(), PathBuf::from(path)))
         .collect();
         assert_eq!(profile.params, expected);
+    }
+
+    /// Proxy mode: the same profile, plus outbound TCP to the bridge's loopback port only. The
+    /// socket path appears neither in the text nor in the parameters (the supervisor connects
+    /// to it, the command never does).
+    #[test]
+    fn proxy_mode_allows_only_the_bridge_port() {
+        let mut policy = small_policy();
+        policy.network = NetworkMode::Proxy {
+            socket: "/Users/u/.garuda/proxy/\")(allow network*).sock".into(),
+            port: 3128,
+        };
+        let profile = profile(&policy);
+        let want = GOLDEN.replace(
+            "(deny network*)\n",
+            "(deny network*)\n\
+             ; Except the proxy bridge on the loopback (HTTP_PROXY and the others).\n\
+             (allow network-outbound (remote tcp \"localhost:3128\"))\n",
+        );
+        assert_eq!(profile.text, want);
+        assert!(profile.text.ends_with(
+            "(deny network*)\n; Except the proxy bridge on the loopback (HTTP_PROXY and the others).\n(allow network-outbound (remote tcp \"localhost:3128\"))\n"
+        ));
+        assert_eq!(profile.params, super::profile(&small_policy()).params);
+        assert!(!profile.text.contains(".garuda"));
+        assert!(!profile.text.contains("(allow network*)"));
+        assert_no_dangling_rule(&profile.text);
+        // The environment tells the command the same port.
+        let env = policy.command_env();
+        assert!(env.contains(&(
+            OsString::from("HTTPS_PROXY"),
+            OsString::from("http://127.0.0.1:3128")
+        )));
     }
 
     /// Paths that would break out of an SBPL string or add a rule if they were spliced.

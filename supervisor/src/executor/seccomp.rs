@@ -16,6 +16,10 @@
 //!
 //! Both Linux executors install the identical program: `landlock` with `seccomp(2)` in the
 //! command's own process just before `execve`, `bubblewrap` through `--add-seccomp-fd`.
+//!
+//! Proxy mode needs no exception: the bridge's listener is made by setup code before the
+//! filter applies and served by the supervisor ([`crate::netbridge`]); the command only
+//! connects an `AF_INET` socket to its loopback, which the table allows.
 
 use std::collections::BTreeMap;
 

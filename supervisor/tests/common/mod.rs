@@ -24,3 +24,4 @@ pub fn base_dir(suite: &str) -> tempfile::TempDir {
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+pub mod net;

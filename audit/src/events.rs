@@ -1,0 +1,131 @@
+//! The events Garuda itself writes: a session's first line, its seals, its end, and the
+//! entries of the per-project index. Each is parsed back with `deny_unknown_fields` so that
+//! an extra field in a writer-defined event is MALFORMED rather than silently ignored.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::util::{hex, parse_hex32, Hash};
+
+/// Line type of a session's first line.
+pub const KIND_START: &str = "session_start";
+/// Line type of the line that ends a session (followed by one last seal).
+pub const KIND_END: &str = "session_end";
+/// Line type of the line that closes an epoch.
+pub const KIND_SEAL: &str = "seal";
+/// Index line type recording that a session starts (written before its file exists).
+pub const INDEX_START: &str = "start";
+/// Index line type recording a session's final head at close.
+pub const INDEX_CLOSE: &str = "close";
+
+/// Types `append` may not use: they carry the log's own structure.
+pub const RESERVED_KINDS: &[&str] = &[KIND_START, KIND_END, KIND_SEAL, INDEX_START, INDEX_CLOSE];
+
+/// How a session ended, as seen by the one who records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttestState {
+    /// The session was closed by its writer (values copied from its index close entry).
+    Closed,
+    /// The session's writer died; these are the complete lines found in its file.
+    Recovered,
+    /// The session's writer was still running; nothing is claimed about its end.
+    Open,
+    /// The index lists the session but its file did not exist.
+    Missing,
+}
+
+/// A later writer's statement about an earlier session's final state. It is MACed into the
+/// later session's first line (and its index entry), so cutting the earlier session afterwards
+/// contradicts it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attest {
+    /// The earlier session's id.
+    pub session: String,
+    /// What the later writer found.
+    pub state: AttestState,
+    /// Number of complete lines.
+    pub lines: u64,
+    /// SHA-256 (hex) of the last complete line, zeros when there is none.
+    pub head: String,
+}
+
+impl Attest {
+    /// The head as bytes (`None` if not 64 lowercase hex digits).
+    pub fn head_hash(&self) -> Option<Hash> {
+        parse_hex32(self.head.as_bytes())
+    }
+}
+
+/// The event of a session's first line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartEvent {
+    /// This session's id (equal to the file name).
+    pub session: String,
+    /// The project folder name `<name>-<hash>`.
+    pub project: String,
+    /// Hex id of the install secret the session key comes from.
+    pub key_id: String,
+    /// Whether the writer keeps a checkpoint file.
+    pub checkpoints: bool,
+    /// Whether the writer sends checkpoints to a witness.
+    pub witness: bool,
+    /// The previous session in the project (its final head is this line's `prev`).
+    pub prev_session: Option<Attest>,
+    /// Other sessions whose writers had died, recorded as found.
+    pub recovered: Vec<Attest>,
+    /// The caller's start event, redacted.
+    pub info: Value,
+}
+
+/// The event of a seal line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SealEvent {
+    /// The epoch this seal closes (equal to the line's `epoch`).
+    pub epoch: u64,
+    /// Lines before the seal (equal to the seal's `seq`).
+    pub lines: u64,
+    /// RFC 6962 root (hex) over those lines.
+    pub root: String,
+}
+
+/// The event of an index `start` line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexStartEvent {
+    /// The session that starts (its index key MACs this line).
+    pub session: String,
+    /// Its log file name.
+    pub file: String,
+    /// Hex id of its install secret.
+    pub key_id: String,
+    /// As in its first line.
+    pub prev_session: Option<Attest>,
+    /// As in its first line.
+    pub recovered: Vec<Attest>,
+}
+
+/// The event of an index `close` line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexCloseEvent {
+    /// The session that closed.
+    pub session: String,
+    /// Its log file name.
+    pub file: String,
+    /// Hex id of its install secret.
+    pub key_id: String,
+    /// Its number of lines.
+    pub lines: u64,
+    /// SHA-256 (hex) of its last line.
+    pub head: String,
+    /// RFC 6962 root (hex) over all its lines.
+    pub root: String,
+}
+
+pub(crate) fn head_hex(h: &Hash) -> String {
+    hex(h)
+}

@@ -1,0 +1,267 @@
+//! Private files and folders: created 0600 / 0700, opened without following links, checked
+//! for type, mode and owner before use.
+//!
+//! The threat here is a link or a loose mode planted where the log lives, so that the writer
+//! appends to a file the attacker controls, or a key is readable by another user. Checks are
+//! made on the opened descriptor where std allows it (`File::metadata` is `fstat`).
+
+use std::fs::{self, DirBuilder, File, Metadata, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::AuditError;
+
+/// Mode of every audit folder.
+pub const DIR_MODE: u32 = 0o700;
+/// Mode of every audit file.
+pub const FILE_MODE: u32 = 0o600;
+
+/// The effective uid of this process, without `unsafe` (`geteuid` is an FFI call).
+pub(crate) fn current_uid() -> Result<u32, AuditError> {
+    // Linux: the `Uid:` line of /proc/self/status (real, effective, saved, fs).
+    if let Ok(status) = fs::read_to_string("/proc/self/status") {
+        for line in status.lines() {
+            if let Some(rest) = line.strip_prefix("Uid:") {
+                if let Some(euid) = rest.split_whitespace().nth(1).and_then(|v| v.parse().ok()) {
+                    return Ok(euid);
+                }
+            }
+        }
+    }
+    // Elsewhere: the owner of a file this process creates is its effective uid.
+    let probe = tempfile::tempfile().map_err(|e| AuditError::io("<temporary file>", e))?;
+    let meta = probe
+        .metadata()
+        .map_err(|e| AuditError::io("<temporary file>", e))?;
+    Ok(meta.uid())
+}
+
+/// What is wrong with a file or folder, if anything, as a short sentence.
+pub(crate) fn meta_problem(meta: &Metadata, want_dir: bool, uid: u32) -> Option<String> {
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        return Some("is a symbolic link".into());
+    }
+    if want_dir && !ft.is_dir() {
+        return Some("is not a folder".into());
+    }
+    if !want_dir && !ft.is_file() {
+        return Some("is not a regular file".into());
+    }
+    let mode = meta.mode() & 0o7777;
+    let want = if want_dir { DIR_MODE } else { FILE_MODE };
+    if mode != want {
+        return Some(format!("has mode {mode:04o}, expected {want:04o}"));
+    }
+    if meta.uid() != uid {
+        return Some(format!(
+            "is owned by uid {}, not by the current user (uid {uid})",
+            meta.uid()
+        ));
+    }
+    None
+}
+
+fn to_error(path: &Path, meta: &Metadata, want_dir: bool, uid: u32) -> Result<(), AuditError> {
+    let ft = meta.file_type();
+    let path = path.to_path_buf();
+    if ft.is_symlink() {
+        return Err(AuditError::Symlink { path });
+    }
+    if want_dir && !ft.is_dir() {
+        return Err(AuditError::WrongType {
+            path,
+            expected: "folder",
+        });
+    }
+    if !want_dir && !ft.is_file() {
+        return Err(AuditError::WrongType {
+            path,
+            expected: "regular file",
+        });
+    }
+    let mode = meta.mode() & 0o7777;
+    let expected = if want_dir { DIR_MODE } else { FILE_MODE };
+    if mode != expected {
+        return Err(AuditError::UnsafeMode {
+            path,
+            mode,
+            expected,
+        });
+    }
+    if meta.uid() != uid {
+        return Err(AuditError::WrongOwner {
+            path,
+            owner: meta.uid(),
+            expected: uid,
+        });
+    }
+    Ok(())
+}
+
+/// Creates `path` (and missing parents) as 0700 folders, then checks that `path` is a real
+/// folder, 0700, owned by us. An existing folder with another mode is refused, not fixed:
+/// someone changed it, and silently tightening it would hide that.
+pub(crate) fn ensure_private_dir(path: &Path, uid: u32) -> Result<(), AuditError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) => to_error(path, &meta, true, uid),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(path)
+                .map_err(|e| AuditError::io(path, e))?;
+            // The umask may have removed bits we asked for; never added any.
+            fs::set_permissions(path, fs::Permissions::from_mode(DIR_MODE))
+                .map_err(|e| AuditError::io(path, e))?;
+            let meta = fs::symlink_metadata(path).map_err(|e| AuditError::io(path, e))?;
+            to_error(path, &meta, true, uid)
+        }
+        Err(e) => Err(AuditError::io(path, e)),
+    }
+}
+
+fn nofollow() -> i32 {
+    libc::O_NOFOLLOW | libc::O_CLOEXEC
+}
+
+/// Creates a new private file (`O_EXCL`, so neither an existing file nor a planted link is
+/// reused) open for appending.
+pub(crate) fn create_new_append(path: &Path, uid: u32) -> Result<File, AuditError> {
+    let file = OpenOptions::new()
+        .append(true)
+        .read(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .custom_flags(nofollow())
+        .open(path)
+        .map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                AuditError::Exists {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                AuditError::io(path, e)
+            }
+        })?;
+    file.set_permissions(fs::Permissions::from_mode(FILE_MODE))
+        .map_err(|e| AuditError::io(path, e))?;
+    check_open_file(&file, path, uid)?;
+    Ok(file)
+}
+
+/// Opens (creating if missing) a private file for reading and appending, never through a link.
+pub(crate) fn open_append(path: &Path, uid: u32) -> Result<File, AuditError> {
+    let file = OpenOptions::new()
+        .append(true)
+        .read(true)
+        .create(true)
+        .mode(FILE_MODE)
+        .custom_flags(nofollow())
+        .open(path)
+        .map_err(|e| link_error(path, e))?;
+    check_open_file(&file, path, uid)?;
+    Ok(file)
+}
+
+/// Opens an existing file read-only, never through a link.
+pub(crate) fn open_read(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(nofollow())
+        .open(path)
+}
+
+fn link_error(path: &Path, e: io::Error) -> AuditError {
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        AuditError::Symlink {
+            path: path.to_path_buf(),
+        }
+    } else {
+        AuditError::io(path, e)
+    }
+}
+
+pub(crate) fn check_open_file(file: &File, path: &Path, uid: u32) -> Result<(), AuditError> {
+    let meta = file.metadata().map_err(|e| AuditError::io(path, e))?;
+    to_error(path, &meta, false, uid)
+}
+
+/// Reads a whole private file (checked on the descriptor), `None` if it does not exist.
+pub(crate) fn read_private(path: &Path, uid: u32) -> Result<Option<Vec<u8>>, AuditError> {
+    let mut file = match open_read(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(link_error(path, e)),
+    };
+    check_open_file(&file, path, uid)?;
+    let mut data = Vec::new();
+    file.read_to_end(&mut data)
+        .map_err(|e| AuditError::io(path, e))?;
+    Ok(Some(data))
+}
+
+pub(crate) fn fsync_dir(dir: &Path) -> Result<(), AuditError> {
+    let d = File::open(dir).map_err(|e| AuditError::io(dir, e))?;
+    d.sync_all().map_err(|e| AuditError::io(dir, e))
+}
+
+/// Replaces `dir/name` atomically: a private temporary file in the same folder, written,
+/// synced, renamed over the target, then the folder synced. A reader sees the old file or the
+/// new one, never a mix; after a crash the target is one of the two.
+pub(crate) fn write_atomic(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    sync: bool,
+    uid: u32,
+) -> Result<(), AuditError> {
+    let target = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    // A temporary left by a crash is ours to replace; a link there is refused by O_NOFOLLOW.
+    match fs::symlink_metadata(&tmp) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            return Err(AuditError::Symlink { path: tmp });
+        }
+        Ok(_) => fs::remove_file(&tmp).map_err(|e| AuditError::io(&tmp, e))?,
+        Err(_) => {}
+    }
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .custom_flags(nofollow())
+        .open(&tmp)
+        .map_err(|e| AuditError::io(&tmp, e))?;
+    file.set_permissions(fs::Permissions::from_mode(FILE_MODE))
+        .map_err(|e| AuditError::io(&tmp, e))?;
+    check_open_file(&file, &tmp, uid)?;
+    file.write_all(bytes).map_err(|e| AuditError::io(&tmp, e))?;
+    if sync {
+        file.sync_all().map_err(|e| AuditError::io(&tmp, e))?;
+    }
+    drop(file);
+    fs::rename(&tmp, &target).map_err(|e| AuditError::io(&target, e))?;
+    if sync {
+        fsync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// `n` bytes from the kernel's random source.
+pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], AuditError> {
+    let mut out = [0u8; N];
+    let path = PathBuf::from("/dev/urandom");
+    let mut f = File::open(&path).map_err(|e| AuditError::io(&path, e))?;
+    f.read_exact(&mut out)
+        .map_err(|e| AuditError::io(&path, e))?;
+    Ok(out)
+}
+
+/// The ctime of a path in milliseconds since the epoch (what `utimensat` cannot set back).
+pub(crate) fn ctime_ms(meta: &Metadata) -> u64 {
+    let secs = u64::try_from(meta.ctime()).unwrap_or(0);
+    let nanos = u64::try_from(meta.ctime_nsec()).unwrap_or(0);
+    secs * 1000 + nanos / 1_000_000
+}

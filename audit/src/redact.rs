@@ -1,0 +1,471 @@
+//! Secrets are removed from events before they are written.
+//!
+//! A line, once written, is evidence: it can be copied off the machine and must never be
+//! edited. So credentials that appear in commands, output or arguments (an `export
+//! OPENAI_API_KEY=...`, a `curl -H "Authorization: Bearer ..."`, a clone URL with a password)
+//! are replaced by `[REDACTED:<kind>]` *before* the MAC is computed. Every string in the event
+//! is scanned, object keys included, recursively; a string value under a key that names a
+//! secret (`password`, `api_key`, `client_secret`, `authorization`, ...) is replaced whole.
+//!
+//! The patterns are hand-written scanners, not regular expressions: one pass over the bytes,
+//! no backtracking, no dependency. They aim at well-known credential shapes; a secret with no
+//! recognisable shape (a random word typed as a password) is not found. Over-redaction of a
+//! harmless value is accepted; under-redaction is the risk this module reduces, not removes.
+
+use std::borrow::Cow;
+
+use serde_json::{Map, Value};
+
+/// Key-name endings (lowercase) that mark an assignment or object field as a secret.
+const SECRET_NAMES: &[&str] = &[
+    "password",
+    "passwd",
+    "passphrase",
+    "token",
+    "secret",
+    "api_key",
+    "apikey",
+    "api-key",
+    "access_key",
+    "secret_key",
+    "private_key",
+];
+
+const MARK_START: &str = "[REDACTED:";
+
+/// Redacts every string (and object key) in `value`, in place.
+pub fn redact_value(value: &mut Value) {
+    match value {
+        Value::String(s) => {
+            if let Cow::Owned(r) = redact_str(s) {
+                *s = r;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_value),
+        Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                if secret_name(k) && v.as_str().is_some_and(|s| !is_marker(s)) {
+                    *v = Value::String(format!("{MARK_START}field]"));
+                } else {
+                    redact_value(v);
+                }
+            }
+            // Keys are rarely secret; rebuild the map only when one is.
+            if map.keys().any(|k| matches!(redact_str(k), Cow::Owned(_))) {
+                let old = std::mem::take(map);
+                let mut new = Map::new();
+                for (k, v) in old {
+                    let base = redact_str(&k).into_owned();
+                    let mut key = base.clone();
+                    // Two keys redacted to the same marker must not overwrite each other.
+                    let mut n = 2;
+                    while new.contains_key(&key) {
+                        key = format!("{base}#{n}");
+                        n += 1;
+                    }
+                    new.insert(key, v);
+                }
+                *map = new;
+            }
+        }
+        _ => {}
+    }
+}
+
+fn is_marker(s: &str) -> bool {
+    s.starts_with(MARK_START) && s.ends_with(']')
+}
+
+fn secret_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower == "authorization" || SECRET_NAMES.iter().any(|s| lower.ends_with(s))
+}
+
+/// Redacts the credentials found in one string.
+pub fn redact_str(s: &str) -> Cow<'_, str> {
+    let spans = find(s.as_bytes());
+    if spans.is_empty() {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut at = 0;
+    for (start, end, kind) in spans {
+        // Every boundary is next to an ASCII byte of a pattern, so slicing keeps UTF-8 valid.
+        out.push_str(s.get(at..start).unwrap_or(""));
+        out.push_str(MARK_START);
+        out.push_str(kind);
+        out.push(']');
+        at = end;
+    }
+    out.push_str(s.get(at..).unwrap_or(""));
+    Cow::Owned(out)
+}
+
+fn is_word(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+fn boundary_before(s: &[u8], i: usize) -> bool {
+    i == 0 || !(is_word(s[i - 1]) || s[i - 1] == b'-')
+}
+
+fn run(s: &[u8], from: usize, ok: impl Fn(u8) -> bool) -> usize {
+    s[from.min(s.len())..]
+        .iter()
+        .take_while(|&&c| ok(c))
+        .count()
+}
+
+fn starts_ci(s: &[u8], i: usize, lit: &[u8]) -> bool {
+    s.len() >= i + lit.len() && s[i..i + lit.len()].eq_ignore_ascii_case(lit)
+}
+
+fn token_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b'-'
+}
+
+type Span = (usize, usize, &'static str);
+
+/// Non-overlapping spans to replace, in order.
+fn find(s: &[u8]) -> Vec<Span> {
+    let mut spans = Vec::new();
+    let mut i = 0;
+    while i < s.len() {
+        let found = match s[i] {
+            b'-' => pem(s, i),
+            b'a' | b'A' => authorization(s, i)
+                .or_else(|| aws(s, i))
+                .or_else(|| prefixed(s, i, b"AIza", 35, 35, token_char, "google-api-key")),
+            b'b' | b'B' => bearer(s, i),
+            b's' => prefixed(
+                s,
+                i,
+                b"sk-ant-",
+                20,
+                usize::MAX,
+                token_char,
+                "anthropic-key",
+            )
+            .or_else(|| openai(s, i)),
+            b'g' => prefixed(
+                s,
+                i,
+                b"github_pat_",
+                22,
+                usize::MAX,
+                |c| c.is_ascii_alphanumeric() || c == b'_',
+                "github-token",
+            )
+            .or_else(|| github(s, i))
+            .or_else(|| prefixed(s, i, b"glpat-", 20, usize::MAX, token_char, "gitlab-token")),
+            b'x' => slack(s, i),
+            b'e' => jwt(s, i),
+            b':' => url_password(s, i).or_else(|| assignment(s, i)),
+            b'=' => assignment(s, i),
+            _ => None,
+        };
+        match found {
+            Some((start, end, kind)) if start >= i && end > start => {
+                spans.push((start, end, kind));
+                i = end;
+            }
+            _ => i += 1,
+        }
+    }
+    spans
+}
+
+/// `prefix` + `min..=max` chars of `ok`, at a word start and not followed by another `ok` char.
+fn prefixed(
+    s: &[u8],
+    i: usize,
+    prefix: &[u8],
+    min: usize,
+    max: usize,
+    ok: fn(u8) -> bool,
+    kind: &'static str,
+) -> Option<Span> {
+    if !s[i..].starts_with(prefix) || !boundary_before(s, i) {
+        return None;
+    }
+    let body = i + prefix.len();
+    let n = run(s, body, ok);
+    (n >= min && n <= max).then_some((i, body + n, kind))
+}
+
+fn openai(s: &[u8], i: usize) -> Option<Span> {
+    let span = prefixed(s, i, b"sk-", 20, usize::MAX, token_char, "openai-key")?;
+    // Real keys are random; a long hyphenated word ("sk-learn-...") has no digit.
+    s[i + 3..span.1]
+        .iter()
+        .any(u8::is_ascii_digit)
+        .then_some(span)
+}
+
+fn aws(s: &[u8], i: usize) -> Option<Span> {
+    if !(s[i..].starts_with(b"AKIA") || s[i..].starts_with(b"ASIA")) || !boundary_before(s, i) {
+        return None;
+    }
+    let n = run(s, i + 4, |c| c.is_ascii_uppercase() || c.is_ascii_digit());
+    let end = i + 4 + n;
+    (n == 16 && (end == s.len() || !s[end].is_ascii_alphanumeric())).then_some((i, end, "aws-key"))
+}
+
+fn github(s: &[u8], i: usize) -> Option<Span> {
+    for p in [b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_"] {
+        if let Some(span) = prefixed(
+            s,
+            i,
+            p,
+            36,
+            usize::MAX,
+            |c| c.is_ascii_alphanumeric(),
+            "github-token",
+        ) {
+            return Some(span);
+        }
+    }
+    None
+}
+
+fn slack(s: &[u8], i: usize) -> Option<Span> {
+    if !s[i..].starts_with(b"xox") || !boundary_before(s, i) || s.len() < i + 5 {
+        return None;
+    }
+    if !matches!(s[i + 3], b'b' | b'a' | b'p' | b'r' | b's') || s[i + 4] != b'-' {
+        return None;
+    }
+    let n = run(s, i + 5, |c| c.is_ascii_alphanumeric() || c == b'-');
+    (n >= 10).then_some((i, i + 5 + n, "slack-token"))
+}
+
+fn jwt(s: &[u8], i: usize) -> Option<Span> {
+    if !s[i..].starts_with(b"eyJ") || !boundary_before(s, i) {
+        return None;
+    }
+    let b64u = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'-';
+    let a = run(s, i, b64u);
+    if a < 10 || s.get(i + a) != Some(&b'.') {
+        return None;
+    }
+    let p = i + a + 1;
+    let b = run(s, p, b64u);
+    if b < 10 || !s[p..].starts_with(b"eyJ") || s.get(p + b) != Some(&b'.') {
+        return None;
+    }
+    let q = p + b + 1;
+    let c = run(s, q, b64u);
+    Some((i, q + c, "jwt"))
+}
+
+fn pem(s: &[u8], i: usize) -> Option<Span> {
+    const BEGIN: &[u8] = b"-----BEGIN ";
+    if !s[i..].starts_with(BEGIN) {
+        return None;
+    }
+    let label_start = i + BEGIN.len();
+    let label_len = s[label_start..].windows(5).position(|w| w == b"-----")?;
+    let label = &s[label_start..label_start + label_len];
+    if !label.ends_with(b"PRIVATE KEY") || label.len() > 64 {
+        return None;
+    }
+    let mut end_marker = b"-----END ".to_vec();
+    end_marker.extend_from_slice(label);
+    end_marker.extend_from_slice(b"-----");
+    let after = label_start + label_len + 5;
+    let end = s[after..]
+        .windows(end_marker.len())
+        .position(|w| w == end_marker.as_slice())
+        .map_or(s.len(), |p| after + p + end_marker.len());
+    Some((i, end, "private-key"))
+}
+
+fn bearer(s: &[u8], i: usize) -> Option<Span> {
+    if !starts_ci(s, i, b"bearer") || !boundary_before(s, i) {
+        return None;
+    }
+    let sp = run(s, i + 6, |c| c == b' ' || c == b'\t');
+    if sp == 0 {
+        return None;
+    }
+    let start = i + 6 + sp;
+    let n = run(s, start, |c| {
+        c.is_ascii_alphanumeric() || b"._~+/=-".contains(&c)
+    });
+    let digit = s[start..start + n].iter().any(u8::is_ascii_digit);
+    (n >= 16 && digit).then_some((start, start + n, "bearer-token"))
+}
+
+/// `Authorization: <scheme> <credentials>` (also `authorization=...`, quoted forms).
+fn authorization(s: &[u8], i: usize) -> Option<Span> {
+    const NAME: &[u8] = b"authorization";
+    if !starts_ci(s, i, NAME) || !boundary_before(s, i) {
+        return None;
+    }
+    let mut j = i + NAME.len();
+    if s.get(j) == Some(&b'"') || s.get(j) == Some(&b'\'') {
+        j += 1;
+    }
+    j += run(s, j, |c| c == b' ');
+    if !matches!(s.get(j), Some(b':') | Some(b'=')) {
+        return None;
+    }
+    j += 1;
+    j += run(s, j, |c| c == b' ' || c == b'"' || c == b'\'');
+    // An optional scheme word ("Bearer", "Basic", "token").
+    let w = run(s, j, |c| c.is_ascii_alphabetic());
+    let sp = run(s, j + w, |c| c == b' ');
+    if w > 0 && sp > 0 {
+        j += w + sp;
+    }
+    let n = run(s, j, |c| {
+        !c.is_ascii_whitespace() && !matches!(c, b'"' | b'\'' | b',' | b';')
+    });
+    if n == 0 || s[j..].starts_with(MARK_START.as_bytes()) {
+        return None;
+    }
+    Some((j, j + n, "authorization"))
+}
+
+/// `scheme://user:password@host` — only the password goes.
+fn url_password(s: &[u8], i: usize) -> Option<Span> {
+    if !s[i..].starts_with(b"://") || i == 0 || !s[i - 1].is_ascii_alphanumeric() {
+        return None;
+    }
+    let start = i + 3;
+    let auth_len = run(s, start, |c| {
+        !c.is_ascii_whitespace() && !b"/?#\"'<>".contains(&c)
+    });
+    let auth = &s[start..start + auth_len];
+    let at = auth.iter().rposition(|&c| c == b'@')?;
+    let colon = auth[..at].iter().position(|&c| c == b':')?;
+    let (p0, p1) = (start + colon + 1, start + at);
+    (p1 > p0 && !s[p0..p1].starts_with(MARK_START.as_bytes())).then_some((p0, p1, "url-password"))
+}
+
+/// `name=value` or `name: value` where the name ends with a secret word.
+fn assignment(s: &[u8], i: usize) -> Option<Span> {
+    // Walk back over spaces, an optional closing quote, then the name.
+    let mut k = i;
+    while k > 0 && s[k - 1] == b' ' {
+        k -= 1;
+    }
+    if k > 0 && (s[k - 1] == b'"' || s[k - 1] == b'\'') {
+        k -= 1;
+    }
+    let name_end = k;
+    while k > 0 && (is_word(s[k - 1]) || s[k - 1] == b'-' || s[k - 1] == b'.') {
+        k -= 1;
+    }
+    let name = std::str::from_utf8(&s[k..name_end]).ok()?;
+    if name.is_empty()
+        || !SECRET_NAMES
+            .iter()
+            .any(|w| name.to_ascii_lowercase().ends_with(w))
+    {
+        return None;
+    }
+    let mut j = i + 1;
+    j += run(s, j, |c| c == b' ');
+    let (start, end) = match s.get(j) {
+        Some(&q) if q == b'"' || q == b'\'' => {
+            let n = run(s, j + 1, |c| c != q);
+            (j + 1, j + 1 + n)
+        }
+        _ => {
+            let n = run(s, j, |c| {
+                !c.is_ascii_whitespace() && !b"&,;\"')}]".contains(&c)
+            });
+            (j, j + n)
+        }
+    };
+    if end <= start || s[start..].starts_with(MARK_START.as_bytes()) {
+        return None;
+    }
+    Some((start, end, "assignment"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    // Made-up credentials in the shapes of real ones. None of them is a real key.
+    const SAMPLES: &[(&str, &str)] = &[
+        ("export OPENAI=sk-proj-Zx81Qw7TmLp03RbVd9KfHs2N", "[REDACTED:"),
+        ("key sk-3fJ9dkQ02LmZpW7xRt5YvB1nC8aE4gHs", "[REDACTED:openai-key]"),
+        ("sk-ant-api03-Xy7Kq2LmN9pR4sT6vW8zA1bC3dE5fG7hJ9kL", "[REDACTED:anthropic-key]"),
+        ("aws AKIAQ3EXAMPLE7Z2W4XY done", "[REDACTED:aws-key]"),
+        ("ghp_R4nd0mTok3nV4lu3F0rT35t1ngOnly000000", "[REDACTED:github-token]"),
+        ("gho_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5", "[REDACTED:github-token]"),
+        ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuv", "[REDACTED:github-token]"),
+        ("slack xoxb-1234567890-0987654321-AbCdEfGhIjKl", "[REDACTED:slack-token]"),
+        ("glpat-xY9zAb3Cd5Ef7Gh1Ij2K", "[REDACTED:gitlab-token]"),
+        ("AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW", "[REDACTED:google-api-key]"),
+        ("curl -H 'Authorization: Bearer abc123def456ghi789'", "[REDACTED:authorization]"),
+        ("Bearer 9f8e7d6c5b4a39281706f5e4", "[REDACTED:bearer-token]"),
+        (
+            "a\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\nz",
+            "a\n[REDACTED:private-key]\nz",
+        ),
+        ("git clone https://dev:Hunter2pass@git.example.com/x.git", "https://dev:[REDACTED:url-password]@git.example.com/x.git"),
+        ("DB_PASSWORD=correct-horse ./run", "DB_PASSWORD=[REDACTED:assignment] ./run"),
+        ("GITHUB_TOKEN=\"abc def\" x", "GITHUB_TOKEN=\"[REDACTED:assignment]\" x"),
+        ("?client_secret=s3cr3t&x=1", "?client_secret=[REDACTED:assignment]&x=1"),
+        (
+            "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLW5vdC1yZWFs",
+            "jwt [REDACTED:jwt]",
+        ),
+    ];
+
+    #[test]
+    fn samples_are_redacted() {
+        for (input, want) in SAMPLES {
+            let out = redact_str(input);
+            assert!(out.contains(want), "{input:?} -> {out:?}, want {want:?}");
+            // Idempotent: a second pass leaves a redacted string alone.
+            assert_eq!(redact_str(&out), out, "second pass over {out:?}");
+        }
+    }
+
+    #[test]
+    fn ordinary_text_is_kept() {
+        const NEGATIVES: &[&str] = &[
+            "the skeleton task-runner asks for a desk-lamp",
+            "pip install scikit-learn; sk-learn-is-a-popular-python-library-name",
+            "commit 4b825dc642cb6eb9a060e54bf8d69288fbee4904 fixed it",
+            "sha256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            "bearer tokens are described in RFC 6750",
+            "max_tokens=4096 temperature=0",
+            "https://example.com/path?q=1",
+            "user@example.com wrote: see http://host:8080/x",
+            "AKIA is a prefix; TAKIAXXXXXXXXXXXXXXXXXX is not a key",
+            "the password is required",
+            "eyJ alone is not a token",
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
+            "cargo test --workspace -- --nocapture",
+        ];
+        for text in NEGATIVES {
+            assert_eq!(redact_str(text), *text, "must not change {text:?}");
+        }
+    }
+
+    #[test]
+    fn values_keys_and_secret_fields() {
+        let mut v = json!({
+            "cmd": ["curl", "-u", "https://u:pw1234@h.example/"],
+            "env": {"API_TOKEN": "plainvalue", "HOME": "/home/dev"},
+            "password": "hunter2",
+            "note": {"sk-3fJ9dkQ02LmZpW7xRt5YvB1nC8aE4gHs": 1},
+            "n": 42
+        });
+        redact_value(&mut v);
+        let text = v.to_string();
+        for gone in ["pw1234", "plainvalue", "hunter2", "3fJ9dkQ02"] {
+            assert!(!text.contains(gone), "{gone} left in {text}");
+        }
+        assert_eq!(v["env"]["HOME"], "/home/dev");
+        assert_eq!(v["n"], 42);
+        assert_eq!(v["password"], "[REDACTED:field]");
+    }
+}

@@ -1,0 +1,1715 @@
+//! `garuda audit verify`: every check, and the report.
+//!
+//! Verification reads files and never writes. It does not stop at the first problem: every
+//! line is classified, every piece of evidence (index, checkpoints, later sessions' first
+//! lines, a witness, a running writer's head) is compared with the files, and each
+//! disagreement becomes a [`Finding`] with the file, byte offset, line, `seq`, `epoch` and a
+//! [`Code`]. Findings that are mere consequences of an earlier one in the same session (the
+//! `prev` of the line after a forged line, a seal root over a forged line) are not repeated.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::Sha256;
+
+use crate::checkpoint::{self, Checkpoint, Note};
+use crate::events::{
+    Attest, AttestState, IndexCloseEvent, IndexStartEvent, SealEvent, StartEvent, KIND_END,
+    KIND_SEAL, KIND_START,
+};
+use crate::fsx;
+use crate::index::{parse_event, IndexEvent};
+use crate::json;
+use crate::keys::{EpochKey, InstallSecret, KeyId, INSTALL_KEY_FILE};
+use crate::layout::{self, split_lines, INDEX_FILE};
+use crate::line::{self, MAX_LINE_BYTES};
+use crate::merkle::{leaf_hash, root_of, Compact};
+use crate::report::{Code, Coverage, Finding, Report, SessionSummary, Severity};
+use crate::util::{ct_eq, finish, hex, keyed, parse_hex32, sha256, Hash, ZERO_HASH};
+use crate::witness::{self, WitnessConfig};
+use crate::writer::SessionHead;
+
+/// How many epoch keys one step of the sequential pass, or one checkpoint beyond the seals in
+/// its file, may derive (bounds the work a hostile file can cause).
+const MAX_EPOCH_JUMP: u64 = 4096;
+
+/// Default tolerance between a recorded write time and a file's ctime.
+pub const DEFAULT_CTIME_SLACK: Duration = Duration::from_secs(2);
+
+/// Which logs to verify.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VerifyTarget {
+    /// One project's audit folder (`<audit_root>/<name>-<hash>`, see
+    /// [`crate::project_audit_dir`]).
+    Project(PathBuf),
+    /// Every project folder under an audit root.
+    All(PathBuf),
+}
+
+/// What verify is given.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    /// Which logs.
+    pub target: VerifyTarget,
+    /// Install secrets to try (the one on disk, exported ones given with `--key`).
+    pub keys: Vec<InstallSecret>,
+    /// The keys folder, to tell whether a session's secret is still on disk (which decides
+    /// whether processes with the user's rights are covered). `None`: assume it may be.
+    pub keys_dir: Option<PathBuf>,
+    /// A witness to compare with.
+    pub witness: Option<WitnessConfig>,
+    /// Heads vouched for by running writers (a supervisor verifying its own live session).
+    pub trusted_heads: Vec<SessionHead>,
+    /// Tolerance for the ctime check (clock granularity, sync latency).
+    pub ctime_slack: Duration,
+}
+
+impl VerifyOptions {
+    /// Options for `target` with `keys`, no witness, default slack.
+    pub fn new(target: VerifyTarget, keys: Vec<InstallSecret>) -> Self {
+        VerifyOptions {
+            target,
+            keys,
+            keys_dir: None,
+            witness: None,
+            trusted_heads: Vec::new(),
+            ctime_slack: DEFAULT_CTIME_SLACK,
+        }
+    }
+}
+
+/// Per-epoch keyed HMAC states of one session, derived forward on demand.
+struct EpochMacs {
+    next: EpochKey,
+    macs: Vec<Hmac<Sha256>>,
+    /// How many epochs beyond those derived so far one request may derive.
+    jump: u64,
+}
+
+impl EpochMacs {
+    fn new(k0: EpochKey, jump: u64) -> Self {
+        EpochMacs {
+            next: k0,
+            macs: Vec::new(),
+            jump,
+        }
+    }
+
+    fn get(&mut self, epoch: u64) -> Option<&Hmac<Sha256>> {
+        let have = self.macs.len() as u64;
+        if epoch >= have {
+            if epoch - have > self.jump {
+                return None;
+            }
+            while self.macs.len() as u64 <= epoch {
+                self.macs.push(keyed(self.next.bytes()));
+                self.next.evolve();
+            }
+        }
+        self.macs.get(epoch as usize)
+    }
+
+    fn check(&mut self, epoch: u64, prefix: &[u8], mac: &Hash) -> bool {
+        match self.get(epoch) {
+            Some(m) => {
+                let mut m = m.clone();
+                m.update(prefix);
+                ct_eq(&finish(m), mac)
+            }
+            None => false,
+        }
+    }
+}
+
+/// A line as shown by [`crate::show`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShownLine {
+    /// 1-based line number.
+    pub line: u64,
+    /// `seq`.
+    pub seq: u64,
+    /// `epoch`.
+    pub epoch: u64,
+    /// `time` (UTC).
+    pub time: String,
+    /// `type`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `event`.
+    pub event: Value,
+}
+
+/// What one pass over a session file found.
+pub(crate) struct Scan {
+    pub lines: u64,
+    pub line_hashes: Vec<Hash>,
+    pub leaves: Vec<Hash>,
+    pub closed_at: Option<u64>,
+    pub start: Option<StartEvent>,
+    pub first_prev: Option<Hash>,
+    pub ckpt_min: u64,
+    /// Size after each authentic seal → its epoch and the tree root at that size (every
+    /// checkpoint ends at a seal, so its root is looked up, not recomputed).
+    pub seals: HashMap<u64, (u64, Hash)>,
+    pub last_time_ms: Option<u64>,
+    pub findings: Vec<Finding>,
+    pub shown: Vec<ShownLine>,
+}
+
+enum Verdict<'a> {
+    Authentic {
+        h: line::Header<'a>,
+        at: u64,
+    },
+    BadMac {
+        seq: Option<u64>,
+        epoch: Option<u64>,
+        why: &'static str,
+        seal: bool,
+    },
+    Malformed {
+        seq: Option<u64>,
+        epoch: Option<u64>,
+        why: String,
+    },
+}
+
+/// What can be checked of a line without knowing its position: done for all lines up front,
+/// on several threads for large files, then consumed by the sequential pass.
+#[derive(Clone, Copy, Default)]
+struct Pre {
+    /// The line's hash (`prev` of the next line) and its Merkle leaf hash.
+    line_hash: Hash,
+    leaf: Hash,
+    /// The claimed epoch, when the MAC is valid under that epoch's key.
+    mac_at_claimed: Option<u64>,
+    /// The event is one JSON value without duplicate keys (`None`: no header to find it).
+    event_ok: Option<bool>,
+}
+
+/// Files with fewer lines are checked on the calling thread only.
+const PARALLEL_MIN_LINES: usize = 8192;
+
+fn precheck(lines: &[layout::Located<'_>], k0: Option<&EpochKey>, out: &mut [Pre]) {
+    // A true epoch never exceeds the number of lines, so no claim beyond it is worth a key.
+    let mut macs = k0.map(|k| EpochMacs::new(k.at(0), lines.len() as u64));
+    for ((_, bytes), pre) in lines.iter().zip(out.iter_mut()) {
+        pre.line_hash = sha256(bytes);
+        pre.leaf = leaf_hash(bytes);
+        if bytes.len() > MAX_LINE_BYTES {
+            continue;
+        }
+        let Some((prefix, mac)) = line::split_mac(bytes) else {
+            continue;
+        };
+        let Some(h) = line::parse_header(prefix) else {
+            continue;
+        };
+        pre.event_ok = Some(json::check(h.event).is_ok());
+        if let Some(m) = &mut macs {
+            if m.check(h.epoch, prefix, &mac) {
+                pre.mac_at_claimed = Some(h.epoch);
+            }
+        }
+    }
+}
+
+fn precheck_all(lines: &[layout::Located<'_>], k0: Option<&EpochKey>) -> Vec<Pre> {
+    let mut out = vec![Pre::default(); lines.len()];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if threads < 2 || lines.len() < PARALLEL_MIN_LINES {
+        precheck(lines, k0, &mut out);
+        return out;
+    }
+    let chunk = lines.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        for (ls, os) in lines.chunks(chunk).zip(out.chunks_mut(chunk)) {
+            s.spawn(move || precheck(ls, k0, os));
+        }
+    });
+    out
+}
+
+fn classify<'a>(bytes: &'a [u8], pre: &Pre, macs: &mut EpochMacs, expected: u64) -> Verdict<'a> {
+    if bytes.len() > MAX_LINE_BYTES {
+        return Verdict::Malformed {
+            seq: None,
+            epoch: None,
+            why: format!("line of {} bytes is over the limit", bytes.len()),
+        };
+    }
+    if let Some((prefix, mac)) = line::split_mac(bytes) {
+        if let Some(h) = line::parse_header(prefix) {
+            // The MAC is checked under the key of the epoch the line's *position* implies;
+            // the claimed epoch's key is only tried to tell an epoch gap from a forgery.
+            let at = if h.epoch == expected {
+                // Checked already under the claimed (here: the expected) epoch's key.
+                pre.mac_at_claimed.filter(|&e| e == expected)
+            } else if macs.check(expected, prefix, &mac) {
+                Some(expected)
+            } else {
+                pre.mac_at_claimed.filter(|&e| e == h.epoch)
+            };
+            if pre.event_ok != Some(true) {
+                let why = json::check(h.event).err().unwrap_or_default();
+                return Verdict::Malformed {
+                    seq: Some(h.seq),
+                    epoch: Some(h.epoch),
+                    why: format!("event is not one JSON value without duplicate keys: {why}"),
+                };
+            }
+            return match at {
+                Some(at) => Verdict::Authentic { h, at },
+                None => Verdict::BadMac {
+                    seq: Some(h.seq),
+                    epoch: Some(h.epoch),
+                    why: "the MAC does not match the line under its epoch's key",
+                    seal: h.kind == KIND_SEAL,
+                },
+            };
+        }
+    }
+    match line::parse_loose(bytes) {
+        Some(l) => Verdict::BadMac {
+            seq: l.seq,
+            epoch: l.epoch,
+            why: "the line is valid JSON but not the bytes Garuda wrote (re-serialised?)",
+            seal: false,
+        },
+        None => Verdict::Malformed {
+            seq: None,
+            epoch: None,
+            why: "not a log line (broken JSON, duplicate keys, or missing fields)".into(),
+        },
+    }
+}
+
+/// Verifies one session file's content line by line.
+pub(crate) fn scan_session(
+    file: &Path,
+    session_id: &str,
+    data: &[u8],
+    key: Option<&InstallSecret>,
+    collect: bool,
+) -> Scan {
+    let (lines, torn) = split_lines(data);
+    let k0 = key.map(|k| k.session_key(session_id));
+    let pres = precheck_all(&lines, k0.as_ref());
+    let mut scan = Scan {
+        lines: lines.len() as u64,
+        line_hashes: pres.iter().map(|p| p.line_hash).collect(),
+        leaves: pres.iter().map(|p| p.leaf).collect(),
+        closed_at: None,
+        start: None,
+        first_prev: None,
+        ckpt_min: 0,
+        seals: HashMap::new(),
+        last_time_ms: None,
+        findings: Vec::new(),
+        shown: Vec::new(),
+    };
+    let mut macs = k0.map(|k| EpochMacs::new(k, MAX_EPOCH_JUMP));
+    let mut compact = Compact::new();
+    let mut next_seq = 0u64;
+    let mut epoch = 0u64;
+    let mut prev_hash = ZERO_HASH;
+    let mut prev_bad = false;
+    let mut prev_bad_seal = false;
+    let mut prev_was_seal = false;
+    let mut end_at: Option<usize> = None;
+    let mut errors = false;
+
+    for (i, (offset, bytes)) in lines.iter().enumerate() {
+        let line_no = i as u64 + 1;
+        let offset = Some(*offset);
+        let pre = &pres[i];
+        let (line_hash, leaf) = (pre.line_hash, pre.leaf);
+        let before = scan.findings.len();
+        let verdict = match &mut macs {
+            Some(m) => classify(bytes, pre, m, epoch),
+            None => {
+                // No key: only the shape can be checked; the session is KEY_UNKNOWN.
+                compact.push(leaf);
+                continue;
+            }
+        };
+        let mut sealed: Option<u64> = None;
+        let mut this_bad = false;
+        let mut this_bad_seal = false;
+        let mut this_seal = false;
+        match verdict {
+            Verdict::Malformed { seq, epoch: e, why } => {
+                scan.findings.push(
+                    Finding::new(file, Code::Malformed, Severity::Error, why)
+                        .at(offset, line_no)
+                        .claims(seq, e),
+                );
+                this_bad = true;
+                next_seq += 1;
+            }
+            Verdict::BadMac {
+                seq,
+                epoch: e,
+                why,
+                seal,
+            } => {
+                scan.findings.push(
+                    Finding::new(file, Code::BadMac, Severity::Error, why)
+                        .at(offset, line_no)
+                        .claims(seq, e),
+                );
+                this_bad = true;
+                this_bad_seal = seal;
+                next_seq += 1;
+            }
+            Verdict::Authentic { h, at } => {
+                let f = |code: Code, msg: String| {
+                    Finding::new(file, code, Severity::Error, msg)
+                        .at(offset, line_no)
+                        .claims(Some(h.seq), Some(h.epoch))
+                };
+                if at > epoch {
+                    // Right after a forged seal, the next epoch is the expected consequence.
+                    if !(prev_bad_seal && at == epoch + 1) {
+                        scan.findings.push(f(
+                            Code::EpochGap,
+                            format!(
+                                "authentic line of epoch {at} after {epoch} seal(s): epochs {epoch}..{} are missing",
+                                at - 1
+                            ),
+                        ));
+                    }
+                    epoch = at;
+                } else if at < epoch {
+                    scan.findings.push(f(
+                        Code::EpochMismatch,
+                        format!("line MACed for epoch {at} appears after {epoch} seal(s)"),
+                    ));
+                } else if h.epoch != at {
+                    scan.findings.push(f(
+                        Code::EpochMismatch,
+                        format!("line says epoch {} but {at} seal(s) precede it", h.epoch),
+                    ));
+                }
+                if h.seq > next_seq {
+                    scan.findings.push(f(
+                        Code::SeqGap,
+                        format!(
+                            "seq {} where {next_seq} was expected: {} line(s) missing",
+                            h.seq,
+                            h.seq - next_seq
+                        ),
+                    ));
+                } else if h.seq < next_seq {
+                    scan.findings.push(f(
+                        Code::SeqDup,
+                        format!("seq {} again or out of order (expected {next_seq})", h.seq),
+                    ));
+                }
+                next_seq = next_seq.max(h.seq + 1);
+                if i == 0 {
+                    scan.first_prev = Some(h.prev);
+                } else if !prev_bad && h.prev != prev_hash {
+                    scan.findings.push(f(
+                        Code::PrevMismatch,
+                        "prev is not the hash of the line before: a line was removed, inserted or moved here".into(),
+                    ));
+                }
+                if end_at.is_some() && scan.closed_at.is_some() {
+                    scan.findings.push(f(
+                        Code::AfterEnd,
+                        "authentic line after the session's final seal".into(),
+                    ));
+                }
+                match h.kind {
+                    KIND_START if i == 0 => {
+                        match json::parse(h.event).and_then(|v| {
+                            serde_json::from_value::<StartEvent>(v).map_err(|e| e.to_string())
+                        }) {
+                            Ok(ev) if ev.session == session_id => scan.start = Some(ev),
+                            Ok(ev) => scan.findings.push(f(
+                                Code::Malformed,
+                                format!(
+                                    "first line names session {:?}, not this file's",
+                                    ev.session
+                                ),
+                            )),
+                            Err(e) => scan
+                                .findings
+                                .push(f(Code::Malformed, format!("bad session_start event: {e}"))),
+                        }
+                    }
+                    KIND_START => scan.findings.push(f(
+                        Code::Malformed,
+                        "session_start that is not the first line".into(),
+                    )),
+                    _ if i == 0 => scan.findings.push(f(
+                        Code::Malformed,
+                        format!("first line is {:?}, not session_start", h.kind),
+                    )),
+                    KIND_SEAL => {
+                        this_seal = true;
+                        match json::parse(h.event).and_then(|v| {
+                            serde_json::from_value::<SealEvent>(v).map_err(|e| e.to_string())
+                        }) {
+                            Err(e) => scan
+                                .findings
+                                .push(f(Code::Malformed, format!("bad seal event: {e}"))),
+                            Ok(ev) => {
+                                if ev.epoch != h.epoch || ev.lines != h.seq {
+                                    scan.findings.push(f(
+                                        Code::Malformed,
+                                        "seal event disagrees with its line's epoch or seq".into(),
+                                    ));
+                                } else if parse_hex32(ev.root.as_bytes()) != Some(compact.root())
+                                    && !errors
+                                    && scan.findings.len() == before
+                                {
+                                    scan.findings.push(f(
+                                        Code::RootMismatch,
+                                        "the seal's root is not the root of the lines before it"
+                                            .into(),
+                                    ));
+                                }
+                            }
+                        }
+                        epoch = h.epoch + 1;
+                        sealed = Some(h.epoch);
+                        if end_at.is_some_and(|e| e + 1 == i) {
+                            scan.closed_at = Some(line_no);
+                        }
+                    }
+                    KIND_END => end_at = Some(i),
+                    _ => {}
+                }
+                if h.kind != KIND_SEAL && prev_was_seal && !prev_bad {
+                    // The writer publishes the checkpoint of a seal before writing anything
+                    // after it, so a later checkpoint must cover at least this far.
+                    scan.ckpt_min = i as u64;
+                }
+                if let Some(t) = crate::util::parse_time(h.time) {
+                    scan.last_time_ms = Some(scan.last_time_ms.map_or(t, |m| m.max(t)));
+                }
+                if collect && !errors && scan.findings.len() == before {
+                    if let Ok(event) = json::parse(h.event) {
+                        scan.shown.push(ShownLine {
+                            line: line_no,
+                            seq: h.seq,
+                            epoch: h.epoch,
+                            time: String::from_utf8_lossy(h.time).into_owned(),
+                            kind: h.kind.to_string(),
+                            event,
+                        });
+                    }
+                }
+            }
+        }
+        if scan.findings[before..]
+            .iter()
+            .any(|f| f.severity == Severity::Error)
+        {
+            errors = true;
+        }
+        prev_hash = line_hash;
+        prev_bad = this_bad;
+        prev_bad_seal = this_bad_seal;
+        prev_was_seal = this_seal;
+        compact.push(leaf);
+        if let Some(e) = sealed {
+            scan.seals.insert(line_no, (e, compact.root()));
+        }
+    }
+    if let Some((offset, rest)) = torn {
+        scan.findings.push(
+            Finding::new(
+                file,
+                Code::TornTail,
+                Severity::Warning,
+                format!(
+                    "{} byte(s) after the last newline: an incomplete last line (a crash while writing); not counted",
+                    rest.len()
+                ),
+            )
+            .at(Some(offset), scan.lines + 1),
+        );
+    }
+    scan
+}
+
+impl Scan {
+    /// The tree root over the first `size` lines.
+    fn root_at(&self, size: u64) -> Hash {
+        match self.seals.get(&size) {
+            Some((_, root)) => *root,
+            None => root_of(&self.leaves[..size.min(self.lines) as usize]),
+        }
+    }
+}
+
+/// Verifies bytes as the content of session `session_id` (the fuzz target's entry point).
+pub fn verify_session_bytes(session_id: &str, data: &[u8], keys: &[InstallSecret]) -> Vec<Finding> {
+    let file = PathBuf::from(layout::log_file_name(session_id));
+    let key = pick_key(session_id, data, keys, None);
+    let mut scan = scan_session(&file, session_id, data, key.ok().flatten(), false);
+    if key.is_err() {
+        scan.findings.push(Finding::new(
+            &file,
+            Code::KeyUnknown,
+            Severity::Undecidable,
+            "none of the given keys is this session's",
+        ));
+    }
+    scan.findings
+}
+
+/// Chooses the install secret of a session: the one that authenticates its first line; else
+/// the one the (authentic) index or the first line names; else, with a single key, that one.
+/// `Err(())`: the session is under a key we do not have.
+fn pick_key<'k>(
+    session_id: &str,
+    data: &[u8],
+    keys: &'k [InstallSecret],
+    index_key_id: Option<&str>,
+) -> Result<Option<&'k InstallSecret>, ()> {
+    if keys.is_empty() {
+        return Err(());
+    }
+    let first = data.split(|&c| c == b'\n').next().unwrap_or(b"");
+    let split = line::split_mac(first);
+    if let Some((prefix, mac)) = split {
+        for k in keys {
+            if ct_eq(&k.session_key(session_id).mac(prefix), &mac) {
+                return Ok(Some(k));
+            }
+        }
+    }
+    let by_id = |id: &str| keys.iter().find(|k| hex(&k.key_id()) == id);
+    if let Some(id) = index_key_id {
+        return by_id(id).map(Some).ok_or(());
+    }
+    let claimed = split
+        .and_then(|(prefix, _)| line::parse_header(prefix))
+        .and_then(|h| json::parse(h.event).ok())
+        .and_then(|v| v.get("key_id").and_then(Value::as_str).map(str::to_string));
+    match claimed {
+        Some(id) => by_id(&id).map(Some).ok_or(()),
+        None if keys.len() == 1 => Ok(keys.first()),
+        None => Err(()),
+    }
+}
+
+/// Verifies the target and reports. Never fails: unreadable evidence is a finding.
+pub fn verify(opts: &VerifyOptions) -> Report {
+    let mut report = Report {
+        findings: Vec::new(),
+        sessions: Vec::new(),
+        coverage: Coverage {
+            commands_and_agent: false,
+            same_user_processes: false,
+            anyone: false,
+            notes: Vec::new(),
+        },
+    };
+    let uid = match fsx::current_uid() {
+        Ok(u) => u,
+        Err(e) => {
+            report.findings.push(Finding::new(
+                Path::new("."),
+                Code::Unreadable,
+                Severity::Undecidable,
+                format!("cannot tell the current user: {e}"),
+            ));
+            return report;
+        }
+    };
+    let mut witnessed_all = opts.witness.is_some();
+    match &opts.target {
+        VerifyTarget::Project(dir) => {
+            witnessed_all &= verify_project(dir, opts, uid, &mut report);
+        }
+        VerifyTarget::All(root) => {
+            check_meta(root, true, uid, &mut report.findings);
+            let mut dirs: Vec<PathBuf> = match fs::read_dir(root) {
+                Ok(rd) => rd
+                    .filter_map(Result::ok)
+                    .filter(|e| {
+                        e.file_name()
+                            .to_str()
+                            .is_some_and(layout::valid_project_dir_name)
+                    })
+                    .map(|e| e.path())
+                    .collect(),
+                Err(e) => {
+                    report.findings.push(Finding::new(
+                        root,
+                        Code::Unreadable,
+                        Severity::Undecidable,
+                        format!("cannot list the audit folder: {e}"),
+                    ));
+                    Vec::new()
+                }
+            };
+            dirs.sort();
+            let local: HashSet<String> = dirs
+                .iter()
+                .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect();
+            for d in &dirs {
+                witnessed_all &= verify_project(d, opts, uid, &mut report);
+            }
+            if let Some(w) = &opts.witness {
+                match witness::list(w, checkpoint::ORIGIN_PREFIX) {
+                    Ok(origins) => {
+                        let mut missing: Vec<String> = origins
+                            .iter()
+                            .filter_map(|o| o.strip_prefix(checkpoint::ORIGIN_PREFIX))
+                            .filter_map(|rest| rest.split_once('/').map(|(p, _)| p.to_string()))
+                            .filter(|p| !local.contains(p))
+                            .collect();
+                        missing.sort();
+                        missing.dedup();
+                        for p in missing {
+                            report.findings.push(Finding::new(
+                                &root.join(&p),
+                                Code::WitnessAhead,
+                                Severity::Error,
+                                "the witness holds checkpoints of this project, whose audit folder is gone",
+                            ));
+                        }
+                    }
+                    Err(e) => report.findings.push(Finding::new(
+                        root,
+                        Code::WitnessUnavailable,
+                        Severity::Undecidable,
+                        e.to_string(),
+                    )),
+                }
+            }
+        }
+    }
+    report.coverage = coverage(opts, &report, witnessed_all);
+    report
+}
+
+fn check_meta(path: &Path, dir: bool, uid: u32, findings: &mut Vec<Finding>) -> bool {
+    match fs::symlink_metadata(path) {
+        Ok(meta) => {
+            if let Some(problem) = fsx::meta_problem(&meta, dir, uid) {
+                findings.push(Finding::new(
+                    path,
+                    Code::UnsafeMode,
+                    Severity::Error,
+                    problem,
+                ));
+                return false;
+            }
+            true
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => true,
+        Err(e) => {
+            findings.push(Finding::new(
+                path,
+                Code::Unreadable,
+                Severity::Undecidable,
+                e.to_string(),
+            ));
+            false
+        }
+    }
+}
+
+/// Reads a file without following links. `Ok(None)`: it does not exist.
+fn read_nofollow(path: &Path, findings: &mut Vec<Finding>) -> Option<Option<Vec<u8>>> {
+    match fsx::open_read(path) {
+        Ok(mut f) => {
+            let len = f.metadata().map_or(0, |m| m.len());
+            let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0).saturating_add(1));
+            match f.read_to_end(&mut data) {
+                Ok(_) => Some(Some(data)),
+                Err(e) => {
+                    findings.push(Finding::new(
+                        path,
+                        Code::Unreadable,
+                        Severity::Undecidable,
+                        e.to_string(),
+                    ));
+                    None
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(None),
+        // A link was already reported as UNSAFE_MODE; its target is not read.
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => None,
+        Err(e) => {
+            findings.push(Finding::new(
+                path,
+                Code::Unreadable,
+                Severity::Undecidable,
+                e.to_string(),
+            ));
+            None
+        }
+    }
+}
+
+/// An authentic index line's evidence.
+struct IndexInfo {
+    /// Sessions named by any readable start line, authentic or not.
+    mentioned: HashSet<String>,
+    starts: Vec<(u64, IndexStartEvent)>,
+    closes: HashMap<String, (u64, IndexCloseEvent)>,
+    last_time_ms: Option<u64>,
+}
+
+fn verify_index(
+    path: &Path,
+    data: &[u8],
+    keys: &[InstallSecret],
+    findings: &mut Vec<Finding>,
+) -> IndexInfo {
+    let mut info = IndexInfo {
+        mentioned: HashSet::new(),
+        starts: Vec::new(),
+        closes: HashMap::new(),
+        last_time_ms: None,
+    };
+    let (lines, torn) = split_lines(data);
+    let mut prev = ZERO_HASH;
+    let mut prev_bad = false;
+    let mut next_seq = 0u64;
+    for (i, (offset, bytes)) in lines.iter().enumerate() {
+        let line_no = i as u64 + 1;
+        let offset = Some(*offset);
+        let hash = sha256(bytes);
+        let parsed = line::split_mac(bytes)
+            .and_then(|(prefix, mac)| line::parse_header(prefix).map(|h| (prefix, mac, h)));
+        let mut bad = true;
+        match parsed {
+            None => {
+                let code = if line::parse_loose(bytes).is_some() {
+                    Code::BadMac
+                } else {
+                    Code::Malformed
+                };
+                findings.push(
+                    Finding::new(
+                        path,
+                        code,
+                        Severity::Error,
+                        "not an index line as Garuda writes them",
+                    )
+                    .at(offset, line_no),
+                );
+            }
+            Some((prefix, mac, h)) => {
+                let f = |code: Code, sev: Severity, msg: String| {
+                    Finding::new(path, code, sev, msg)
+                        .at(offset, line_no)
+                        .claims(Some(h.seq), Some(h.epoch))
+                };
+                match parse_event(h.kind, h.event) {
+                    Err(e) => findings.push(f(Code::Malformed, Severity::Error, e)),
+                    Ok(ev) => {
+                        if let IndexEvent::Start(s) = &ev {
+                            info.mentioned.insert(s.session.clone());
+                        }
+                        let claimed_key = match &ev {
+                            IndexEvent::Start(s) => s.key_id.as_str(),
+                            IndexEvent::Close(c) => c.key_id.as_str(),
+                        };
+                        let authentic = layout::valid_session_id(ev.session())
+                            && keys
+                                .iter()
+                                .any(|k| ct_eq(&k.index_key(ev.session()).mac(prefix), &mac));
+                        if !authentic {
+                            if keys.iter().any(|k| hex(&k.key_id()) == claimed_key) {
+                                findings.push(f(
+                                    Code::BadMac,
+                                    Severity::Error,
+                                    "the MAC does not match the index line".into(),
+                                ));
+                            } else {
+                                findings.push(f(
+                                    Code::KeyUnknown,
+                                    Severity::Undecidable,
+                                    format!(
+                                        "index line of session {} is under key {claimed_key}, which was not given",
+                                        ev.session()
+                                    ),
+                                ));
+                            }
+                        } else {
+                            bad = false;
+                            if h.seq != next_seq {
+                                findings.push(f(
+                                    if h.seq > next_seq {
+                                        Code::SeqGap
+                                    } else {
+                                        Code::SeqDup
+                                    },
+                                    Severity::Error,
+                                    format!("index seq {} where {next_seq} was expected", h.seq),
+                                ));
+                            }
+                            next_seq = next_seq.max(h.seq + 1);
+                            if h.epoch != 0 {
+                                findings.push(f(
+                                    Code::EpochMismatch,
+                                    Severity::Error,
+                                    "index lines have epoch 0".into(),
+                                ));
+                            }
+                            if !prev_bad && h.prev != prev {
+                                findings.push(f(
+                                    Code::PrevMismatch,
+                                    Severity::Error,
+                                    "index prev is not the hash of the line before".into(),
+                                ));
+                            }
+                            if let Some(t) = crate::util::parse_time(h.time) {
+                                info.last_time_ms = Some(info.last_time_ms.map_or(t, |m| m.max(t)));
+                            }
+                            match ev {
+                                IndexEvent::Start(s) => info.starts.push((line_no, s)),
+                                IndexEvent::Close(c) => {
+                                    info.closes.insert(c.session.clone(), (line_no, c));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if bad {
+            next_seq += 1;
+        }
+        prev = hash;
+        prev_bad = bad;
+    }
+    if let Some((offset, rest)) = torn {
+        findings.push(
+            Finding::new(
+                path,
+                Code::TornTail,
+                Severity::Warning,
+                format!("{} byte(s) of an incomplete last index line", rest.len()),
+            )
+            .at(Some(offset), lines.len() as u64 + 1),
+        );
+    }
+    info
+}
+
+struct SessionState {
+    id: String,
+    path: PathBuf,
+    exists: bool,
+    live: bool,
+    scan: Option<Scan>,
+    key_id: Option<KeyId>,
+    complete: bool,
+    missing_attested: bool,
+    witnessed: Option<u64>,
+}
+
+/// Verifies one project folder; returns whether a witness agreed with every session's end.
+fn verify_project(dir: &Path, opts: &VerifyOptions, uid: u32, report: &mut Report) -> bool {
+    let findings = &mut report.findings;
+    let dir_name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // The ctimes first: anything written after this point is read below and counted.
+    let dir_meta = fs::symlink_metadata(dir);
+    let index_path = dir.join(INDEX_FILE);
+    let index_meta = fs::symlink_metadata(&index_path).ok();
+    match &dir_meta {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            findings.push(Finding::new(
+                dir,
+                Code::FileMissing,
+                Severity::Undecidable,
+                "no audit folder for this project",
+            ));
+            return false;
+        }
+        _ => {}
+    }
+    if !check_meta(dir, true, uid, findings)
+        && fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink())
+    {
+        return false;
+    }
+
+    // Files present.
+    let mut logs: HashSet<String> = HashSet::new();
+    let mut ckpts: HashSet<String> = HashSet::new();
+    match fs::read_dir(dir) {
+        Ok(rd) => {
+            for e in rd.filter_map(Result::ok) {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name == INDEX_FILE || name.starts_with('.') {
+                    continue;
+                }
+                if let Some(id) = name.strip_suffix(".jsonl") {
+                    check_meta(&e.path(), false, uid, findings);
+                    if layout::valid_session_id(id) {
+                        logs.insert(id.to_string());
+                    } else {
+                        findings.push(Finding::new(
+                            &e.path(),
+                            Code::Malformed,
+                            Severity::Error,
+                            "not a session file name Garuda writes",
+                        ));
+                    }
+                } else if let Some(id) = name.strip_suffix(".ckpt") {
+                    check_meta(&e.path(), false, uid, findings);
+                    if layout::valid_session_id(id) {
+                        ckpts.insert(id.to_string());
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            findings.push(Finding::new(
+                dir,
+                Code::Unreadable,
+                Severity::Undecidable,
+                format!("cannot list: {e}"),
+            ));
+            return false;
+        }
+    }
+
+    // The index.
+    check_meta(&index_path, false, uid, findings);
+    let index = match read_nofollow(&index_path, findings) {
+        Some(Some(data)) => Some(verify_index(&index_path, &data, &opts.keys, findings)),
+        Some(None) => {
+            if !logs.is_empty() || !ckpts.is_empty() {
+                findings.push(Finding::new(
+                    &index_path,
+                    Code::FileMissing,
+                    Severity::Error,
+                    "the project index is gone but sessions remain",
+                ));
+            }
+            None
+        }
+        None => None,
+    };
+    let empty_index = IndexInfo {
+        mentioned: HashSet::new(),
+        starts: Vec::new(),
+        closes: HashMap::new(),
+        last_time_ms: None,
+    };
+    let index = index.unwrap_or(empty_index);
+
+    // Sessions: index order first, then files the index does not know.
+    let mut order: Vec<String> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut index_key_ids: HashMap<String, String> = HashMap::new();
+    for (_, s) in &index.starts {
+        if seen.insert(s.session.clone()) {
+            order.push(s.session.clone());
+        }
+        index_key_ids.insert(s.session.clone(), s.key_id.clone());
+    }
+    let mut extra: Vec<String> = logs
+        .iter()
+        .chain(ckpts.iter())
+        .filter(|id| !seen.contains(*id))
+        .cloned()
+        .collect();
+    extra.sort();
+    extra.dedup();
+    for id in &extra {
+        if logs.contains(id)
+            && !index.mentioned.contains(id)
+            && fs::symlink_metadata(&index_path).is_ok()
+        {
+            findings.push(Finding::new(
+                &index_path,
+                Code::Truncated,
+                Severity::Error,
+                format!(
+                    "the index has no start entry for session {id}, which Garuda writes before the session file: index lines were removed"
+                ),
+            ));
+        }
+        order.push(id.clone());
+        seen.insert(id.clone());
+    }
+
+    let mut states: Vec<SessionState> = Vec::new();
+    for id in &order {
+        let path = dir.join(layout::log_file_name(id));
+        let mut st = SessionState {
+            id: id.clone(),
+            path: path.clone(),
+            exists: false,
+            live: false,
+            scan: None,
+            key_id: None,
+            complete: false,
+            missing_attested: false,
+            witnessed: None,
+        };
+        if let Some(Some(data)) = read_nofollow(&path, findings) {
+            st.exists = true;
+            if let Ok(f) = fsx::open_read(&path) {
+                if let Err(fs::TryLockError::WouldBlock) = f.try_lock_shared() {
+                    st.live = true;
+                } else {
+                    let _ = f.unlock();
+                }
+            }
+            match pick_key(
+                id,
+                &data,
+                &opts.keys,
+                index_key_ids.get(id).map(String::as_str),
+            ) {
+                Ok(key) => {
+                    st.key_id = key.map(InstallSecret::key_id);
+                    let scan = scan_session(&path, id, &data, key, false);
+                    st.scan = Some(scan);
+                }
+                Err(()) => {
+                    findings.push(Finding::new(
+                        &path,
+                        Code::KeyUnknown,
+                        Severity::Undecidable,
+                        "none of the given keys is this session's (verify it with --key and the exported key)",
+                    ));
+                    st.scan = Some(scan_session(&path, id, &data, None, false));
+                }
+            }
+        } else if fs::symlink_metadata(&path).is_ok() {
+            // Present but unreadable or a link: reported already; not "missing".
+            st.exists = true;
+        }
+        if let Some(scan) = &mut st.scan {
+            findings.append(&mut scan.findings);
+        }
+        states.push(st);
+    }
+    let pos: HashMap<String, usize> = states
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.clone(), i))
+        .collect();
+
+    // Checkpoints.
+    for st in &mut states {
+        let ckpt_path = dir.join(layout::ckpt_file_name(&st.id));
+        let key = st
+            .key_id
+            .and_then(|id| opts.keys.iter().find(|k| k.key_id() == id));
+        let wants_ckpt = st
+            .scan
+            .as_ref()
+            .and_then(|s| s.start.as_ref())
+            .is_some_and(|s| s.checkpoints);
+        match read_nofollow(&ckpt_path, findings) {
+            Some(Some(data)) => check_checkpoint(&ckpt_path, &data, &dir_name, st, key, findings),
+            Some(None) => {
+                if let Some(scan) = &st.scan {
+                    if wants_ckpt && scan.ckpt_min > 0 && st.key_id.is_some() {
+                        findings.push(
+                            Finding::new(
+                                &ckpt_path,
+                                Code::FileMissing,
+                                Severity::Error,
+                                format!(
+                                    "checkpoints are on and the log continues after the seal at line {}, yet there is no checkpoint",
+                                    scan.ckpt_min
+                                ),
+                            ),
+                        );
+                    }
+                }
+            }
+            None => {}
+        }
+    }
+
+    // Attestations: index close entries, later sessions' first lines and index start
+    // entries, running writers.
+    let mut attests: Vec<(String, Attest)> = Vec::new();
+    for (line_no, c) in index.closes.values() {
+        attests.push((
+            format!("index close entry (index line {line_no})"),
+            Attest {
+                session: c.session.clone(),
+                state: AttestState::Closed,
+                lines: c.lines,
+                head: c.head.clone(),
+            },
+        ));
+    }
+    for (line_no, s) in &index.starts {
+        for a in s.prev_session.iter().chain(s.recovered.iter()) {
+            attests.push((
+                format!(
+                    "index start entry of session {} (index line {line_no})",
+                    s.session
+                ),
+                a.clone(),
+            ));
+        }
+    }
+    for st in &states {
+        if let Some(start) = st.scan.as_ref().and_then(|s| s.start.as_ref()) {
+            for a in start.prev_session.iter().chain(start.recovered.iter()) {
+                attests.push((format!("first line of session {}", st.id), a.clone()));
+            }
+        }
+    }
+    for h in &opts.trusted_heads {
+        attests.push((
+            "the running writer".into(),
+            Attest {
+                session: h.session.clone(),
+                state: AttestState::Recovered,
+                lines: h.lines,
+                head: h.head.clone(),
+            },
+        ));
+    }
+    // The first line's prev must be the head its own start event gives for the predecessor.
+    for st in &states {
+        let Some(scan) = &st.scan else { continue };
+        let (Some(start), Some(first_prev)) = (&scan.start, scan.first_prev) else {
+            continue;
+        };
+        let want = match &start.prev_session {
+            Some(a) if matches!(a.state, AttestState::Closed | AttestState::Recovered) => {
+                a.head_hash().unwrap_or(ZERO_HASH)
+            }
+            _ => ZERO_HASH,
+        };
+        if first_prev != want {
+            findings.push(
+                Finding::new(
+                    &st.path,
+                    Code::PrevMismatch,
+                    Severity::Error,
+                    "the first line's prev is not the previous session's head it names",
+                )
+                .at(Some(0), 1),
+            );
+        }
+    }
+    let mut applied: HashSet<(String, u64, String, bool)> = HashSet::new();
+    for (source, a) in &attests {
+        // The same statement often appears twice (first line and index entry).
+        let key = (
+            a.session.clone(),
+            a.lines,
+            a.head.clone(),
+            a.state == AttestState::Missing,
+        );
+        if a.state != AttestState::Open && !applied.insert(key) {
+            continue;
+        }
+        let Some(&i) = pos.get(&a.session) else {
+            if matches!(a.state, AttestState::Closed | AttestState::Recovered) {
+                findings.push(Finding::new(
+                    &dir.join(layout::log_file_name(&a.session)),
+                    Code::FileMissing,
+                    Severity::Error,
+                    format!(
+                        "{source} records session {} ({} lines), which is gone",
+                        a.session, a.lines
+                    ),
+                ));
+            }
+            continue;
+        };
+        apply_attest(&mut states[i], source, a, findings);
+    }
+
+    // Completeness.
+    let latest_session_time = states
+        .iter()
+        .filter_map(|s| s.scan.as_ref().and_then(|sc| sc.last_time_ms))
+        .max();
+    for st in &mut states {
+        if let Some(scan) = &st.scan {
+            if scan.closed_at == Some(scan.lines) {
+                st.complete = true;
+            }
+        }
+        if st.complete {
+            continue;
+        }
+        let has_ckpt = ckpts.contains(&st.id);
+        if !st.exists {
+            if has_ckpt {
+                findings.push(Finding::new(
+                    &st.path,
+                    Code::FileMissing,
+                    Severity::Error,
+                    "the session's checkpoint exists but its log is gone",
+                ));
+            } else if st.missing_attested {
+                st.complete = true;
+                findings.push(Finding::new(
+                    &st.path,
+                    Code::FileMissing,
+                    Severity::Warning,
+                    "the index lists this session but the next session found no file (a crash before it was created)",
+                ));
+            } else if !findings
+                .iter()
+                .any(|f| f.file == st.path && f.code == Code::FileMissing)
+            {
+                findings.push(Finding::new(
+                    &st.path,
+                    Code::FileMissing,
+                    Severity::Undecidable,
+                    "the index lists this session but it has no file: a crash right after the index entry, or the newest session was deleted",
+                ));
+            }
+            continue;
+        }
+        let lines = st.scan.as_ref().map_or(0, |s| s.lines);
+        let msg = if st.live {
+            "being written by a running Garuda: its end is not known yet (a running supervisor can vouch for its head)".to_string()
+        } else {
+            format!(
+                "not closed, and nothing records how it ended: lines after line {lines} may have been cut (or its writer crashed; the project's next session records it as found)"
+            )
+        };
+        findings.push(
+            Finding::new(&st.path, Code::OpenSession, Severity::Undecidable, msg)
+                .at(None, lines + 1),
+        );
+    }
+
+    // The witness.
+    let mut witnessed_all = true;
+    if let Some(w) = &opts.witness {
+        let prefix = format!("{}{dir_name}/", checkpoint::ORIGIN_PREFIX);
+        match witness::list(w, &prefix) {
+            Err(e) => {
+                witnessed_all = false;
+                findings.push(Finding::new(
+                    dir,
+                    Code::WitnessUnavailable,
+                    Severity::Undecidable,
+                    e.to_string(),
+                ));
+            }
+            Ok(origins) => {
+                for origin in origins {
+                    let Some(id) = origin.strip_prefix(&prefix) else {
+                        continue;
+                    };
+                    let path = dir.join(layout::log_file_name(id));
+                    let cp = match witness::latest_checkpoint(w, &origin) {
+                        Ok(Some(cp)) => cp,
+                        Ok(None) => continue,
+                        Err(e) => {
+                            witnessed_all = false;
+                            findings.push(Finding::new(
+                                &path,
+                                Code::WitnessUnavailable,
+                                Severity::Undecidable,
+                                e,
+                            ));
+                            continue;
+                        }
+                    };
+                    let Some(st) = pos.get(id).map(|&i| &mut states[i]) else {
+                        findings.push(Finding::new(
+                            &path,
+                            Code::WitnessAhead,
+                            Severity::Error,
+                            format!(
+                                "the witness holds {} line(s) of session {id}, which is not here",
+                                cp.size
+                            ),
+                        ));
+                        continue;
+                    };
+                    let Some(scan) = &st.scan else {
+                        findings.push(Finding::new(
+                            &path,
+                            Code::WitnessAhead,
+                            Severity::Error,
+                            format!(
+                                "the witness holds {} line(s) of this session, whose log is gone",
+                                cp.size
+                            ),
+                        ));
+                        continue;
+                    };
+                    st.witnessed = Some(cp.size);
+                    if cp.size > scan.lines {
+                        findings.push(
+                            Finding::new(
+                                &path,
+                                Code::WitnessAhead,
+                                Severity::Error,
+                                format!(
+                                    "the witness holds {} lines; the file has {}",
+                                    cp.size, scan.lines
+                                ),
+                            )
+                            .at(None, scan.lines + 1),
+                        );
+                    } else if scan.root_at(cp.size) != cp.root {
+                        findings.push(
+                            Finding::new(
+                                &path,
+                                Code::WitnessFork,
+                                Severity::Error,
+                                format!(
+                                    "the witness's tree of {} lines differs from the file's",
+                                    cp.size
+                                ),
+                            )
+                            .at(None, cp.size),
+                        );
+                    }
+                }
+            }
+        }
+        for st in &states {
+            let wanted = st
+                .scan
+                .as_ref()
+                .and_then(|s| s.start.as_ref())
+                .is_some_and(|s| s.witness);
+            let lines = st.scan.as_ref().map_or(0, |s| s.lines);
+            if st.witnessed != Some(lines) {
+                witnessed_all = false;
+                if wanted
+                    && st.witnessed.is_none()
+                    && st.scan.as_ref().is_some_and(|s| s.ckpt_min > 0)
+                {
+                    findings.push(Finding::new(
+                        &st.path,
+                        Code::WitnessUnavailable,
+                        Severity::Undecidable,
+                        "the session sent checkpoints to a witness, but this witness holds none of them",
+                    ));
+                }
+            }
+        }
+    } else {
+        witnessed_all = false;
+    }
+
+    // ctime: a removal leaves no file to check, but it changes the folder's ctime, which
+    // nobody without root can set back.
+    let recorded = [index.last_time_ms, latest_session_time]
+        .into_iter()
+        .flatten()
+        .max();
+    let slack = u64::try_from(opts.ctime_slack.as_millis()).unwrap_or(u64::MAX);
+    if !states.iter().any(|s| s.live) {
+        if let (Ok(meta), Some(t)) = (&dir_meta, recorded) {
+            let c = fsx::ctime_ms(meta);
+            if c > t.saturating_add(slack) {
+                findings.push(Finding::new(
+                    dir,
+                    Code::ChangedAfterWrite,
+                    Severity::Undecidable,
+                    format!(
+                        "the folder changed {} ms after the last write Garuda recorded: a file was added, removed or renamed since (the newest session deleted? a backup restored?)",
+                        c - t
+                    ),
+                ));
+            }
+        }
+        if let (Some(meta), Some(t)) = (&index_meta, index.last_time_ms) {
+            let c = fsx::ctime_ms(meta);
+            if meta.file_type().is_file() && c > t.saturating_add(slack) && meta.nlink() > 0 {
+                findings.push(Finding::new(
+                    &index_path,
+                    Code::ChangedAfterWrite,
+                    Severity::Undecidable,
+                    format!(
+                        "the index changed {} ms after its last entry was written (lines cut from its end?)",
+                        c - t
+                    ),
+                ));
+            }
+        }
+    }
+
+    for st in &states {
+        let scan = st.scan.as_ref();
+        report.sessions.push(SessionSummary {
+            project: dir_name.clone(),
+            session: st.id.clone(),
+            file: st.path.clone(),
+            lines: scan.map_or(0, |s| s.lines),
+            closed: scan.is_some_and(|s| s.closed_at.is_some()),
+            complete: st.complete,
+            key_id: st.key_id.map(|k| hex(&k)),
+            witnessed: st.witnessed,
+        });
+    }
+    witnessed_all
+}
+
+fn apply_attest(st: &mut SessionState, source: &str, a: &Attest, findings: &mut Vec<Finding>) {
+    match a.state {
+        AttestState::Open => {}
+        AttestState::Missing => {
+            let lines = st.scan.as_ref().map_or(0, |s| s.lines);
+            if st.exists && lines > 0 {
+                findings.push(Finding::new(
+                    &st.path,
+                    Code::AfterEnd,
+                    Severity::Error,
+                    format!(
+                        "{source} found no file for this session, yet it now has {lines} lines"
+                    ),
+                ));
+            } else {
+                st.missing_attested = true;
+            }
+        }
+        AttestState::Closed | AttestState::Recovered => {
+            let Some(scan) = &st.scan else {
+                if !st.exists {
+                    findings.push(Finding::new(
+                        &st.path,
+                        Code::FileMissing,
+                        Severity::Error,
+                        format!(
+                            "{source} records {} line(s) of this session; the file is gone",
+                            a.lines
+                        ),
+                    ));
+                }
+                return;
+            };
+            let Some(head) = a.head_hash() else {
+                findings.push(Finding::new(
+                    &st.path,
+                    Code::Malformed,
+                    Severity::Error,
+                    format!("{source} gives a malformed head"),
+                ));
+                return;
+            };
+            let n = a.lines;
+            if scan.lines < n {
+                findings.push(
+                    Finding::new(
+                        &st.path,
+                        Code::Truncated,
+                        Severity::Error,
+                        format!("{source} records {n} lines; the file has {}", scan.lines),
+                    )
+                    .at(None, scan.lines + 1),
+                );
+                return;
+            }
+            let actual = if n == 0 {
+                ZERO_HASH
+            } else {
+                scan.line_hashes[n as usize - 1]
+            };
+            if actual != head {
+                findings.push(
+                    Finding::new(
+                        &st.path,
+                        Code::RootMismatch,
+                        Severity::Error,
+                        format!("line {n} is not the line {source} records as the session's last"),
+                    )
+                    .at(None, n),
+                );
+                return;
+            }
+            if n < scan.lines {
+                findings.push(
+                    Finding::new(
+                        &st.path,
+                        Code::AfterEnd,
+                        Severity::Error,
+                        format!("{} line(s) after the end {source} records", scan.lines - n),
+                    )
+                    .at(None, n + 1),
+                );
+                return;
+            }
+            st.complete = true;
+        }
+    }
+}
+
+fn check_checkpoint(
+    path: &Path,
+    data: &[u8],
+    dir_name: &str,
+    st: &SessionState,
+    key: Option<&InstallSecret>,
+    findings: &mut Vec<Finding>,
+) {
+    let bad = |msg: String| Finding::new(path, Code::CkptBad, Severity::Error, msg);
+    let parsed = std::str::from_utf8(data)
+        .map_err(|_| "not UTF-8".to_string())
+        .and_then(Note::parse)
+        .and_then(|n| Checkpoint::parse_text(&n.text).map(|cp| (n, cp)));
+    let (note, cp) = match parsed {
+        Ok(x) => x,
+        Err(e) => {
+            findings.push(bad(format!("not a checkpoint note: {e}")));
+            return;
+        }
+    };
+    if cp.origin != checkpoint::origin(dir_name, &st.id) {
+        findings.push(bad(format!("origin {} is not this session's", cp.origin)));
+        return;
+    }
+    let Some(key) = key else {
+        return;
+    };
+    let seals = st.scan.as_ref().map_or(0, |s| s.seals.len() as u64);
+    if cp.epoch > seals + MAX_EPOCH_JUMP {
+        findings.push(bad(format!("epoch {} is implausible", cp.epoch)));
+        return;
+    }
+    let ckey = key.session_key(&st.id).at(cp.epoch).checkpoint_key();
+    if !note.signed_by(&ckey) {
+        findings.push(bad(
+            "the signature does not verify: the checkpoint was forged or edited".into(),
+        ));
+        return;
+    }
+    let Some(scan) = &st.scan else {
+        if !st.exists {
+            findings.push(Finding::new(
+                &st.path,
+                Code::FileMissing,
+                Severity::Error,
+                format!(
+                    "a valid checkpoint covers {} lines of this session; the log is gone",
+                    cp.size
+                ),
+            ));
+        }
+        return;
+    };
+    if cp.size > scan.lines {
+        findings.push(
+            Finding::new(
+                &st.path,
+                Code::Truncated,
+                Severity::Error,
+                format!(
+                    "the checkpoint covers {} lines; the file has {}",
+                    cp.size, scan.lines
+                ),
+            )
+            .at(None, scan.lines + 1),
+        );
+        return;
+    }
+    if scan.root_at(cp.size) != cp.root {
+        findings.push(
+            Finding::new(
+                &st.path,
+                Code::RootMismatch,
+                Severity::Error,
+                format!(
+                    "the first {} lines do not have the checkpoint's root",
+                    cp.size
+                ),
+            )
+            .at(None, cp.size),
+        );
+        return;
+    }
+    if scan.seals.get(&cp.size).map(|s| s.0) != Some(cp.epoch) {
+        findings.push(bad(format!(
+            "line {} is not the seal of epoch {}, where every checkpoint ends",
+            cp.size, cp.epoch
+        )));
+        return;
+    }
+    let wants = scan.start.as_ref().is_some_and(|s| s.checkpoints);
+    if wants && cp.size < scan.ckpt_min {
+        findings.push(bad(format!(
+            "older than the log: the log continues after the seal at line {}, so a checkpoint of that seal was written",
+            scan.ckpt_min
+        )));
+    }
+}
+
+fn coverage(opts: &VerifyOptions, report: &Report, witnessed_all: bool) -> Coverage {
+    let mut notes = Vec::new();
+    // Is any verified session's install secret still on disk? A key file that exists but
+    // cannot be read counts as on disk: nothing shows it is not.
+    let on_disk = opts.keys_dir.as_ref().and_then(|d| {
+        let path = d.join(INSTALL_KEY_FILE);
+        match fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Some(false),
+            Err(_) => None,
+            Ok(_) => Some(InstallSecret::read_file(&path).map_or(true, |k| {
+                let id = hex(&k.key_id());
+                report
+                    .sessions
+                    .iter()
+                    .any(|s| s.key_id.as_deref() == Some(id.as_str()))
+            })),
+        }
+    });
+    let same_user = match on_disk {
+        Some(false) => true,
+        Some(true) => {
+            notes.push(format!(
+                "the install secret of these sessions is on disk ({}): a process with your rights could have rewritten them consistently; `garuda audit key export --remove` moves it off",
+                opts.keys_dir
+                    .as_ref()
+                    .map(|d| d.join(INSTALL_KEY_FILE).display().to_string())
+                    .unwrap_or_default()
+            ));
+            false
+        }
+        None => {
+            notes.push(
+                "the keys folder was not given, so whether the install secret is on disk is unknown"
+                    .into(),
+            );
+            false
+        }
+    };
+    if same_user && opts.witness.is_none() {
+        notes.push("without a witness, removing the newest session(s) together with their index entries shows only as CHANGED_AFTER_WRITE (folder ctime), which root can defeat".into());
+    }
+    if opts.witness.is_none() {
+        notes.push("no witness: root, or anyone holding the secret, can rewrite the log together with all local evidence".into());
+    } else if !witnessed_all {
+        notes.push("the witness does not hold the final checkpoint of every session".into());
+    }
+    if report.findings.iter().any(|f| f.code == Code::OpenSession) {
+        notes.push(
+            "lines an open session wrote after its last checkpoint are covered by no evidence"
+                .into(),
+        );
+    }
+    Coverage {
+        commands_and_agent: true,
+        same_user_processes: same_user,
+        anyone: witnessed_all,
+        notes,
+    }
+}

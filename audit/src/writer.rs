@@ -1,0 +1,603 @@
+//! The session writer: one per Garuda session, the only code that appends to a log.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::checkpoint::{self, Checkpoint};
+use crate::error::AuditError;
+use crate::events::{
+    head_hex, Attest, AttestState, IndexCloseEvent, IndexStartEvent, SealEvent, StartEvent,
+    INDEX_CLOSE, INDEX_START, KIND_END, KIND_SEAL, KIND_START, RESERVED_KINDS,
+};
+use crate::fsx;
+use crate::index::{IndexEvent, LockedIndex};
+use crate::keys::{EpochKey, InstallSecret, MacKey};
+use crate::layout::{self, ckpt_file_name, log_file_name};
+use crate::line::{self, NewLine, MAX_LINE_BYTES};
+use crate::merkle::{leaf_hash, Compact, Tree};
+use crate::redact::redact_value;
+use crate::util::{hex, now_ms, sha256, Hash, ZERO_HASH};
+use crate::witness::{self, Answer, WitnessConfig};
+
+/// Default number of lines per epoch.
+pub const DEFAULT_EPOCH_MAX_LINES: u64 = 256;
+/// Default epoch length.
+pub const DEFAULT_EPOCH_MAX_AGE: Duration = Duration::from_secs(60);
+
+/// Where and how a session is recorded.
+#[derive(Debug, Clone)]
+pub struct AuditConfig {
+    /// Root of all project logs, normally `~/.garuda/audit`.
+    pub audit_root: PathBuf,
+    /// Folder of the install secret, normally `~/.garuda/keys`.
+    pub keys_dir: PathBuf,
+    /// The project the session works on (canonicalised to name its log folder).
+    pub project_root: PathBuf,
+    /// Keep a checkpoint file per session, replaced after every seal.
+    pub checkpoints: bool,
+    /// Send every checkpoint to this witness; a refusal or an unreachable witness stops the
+    /// session (fail closed).
+    pub witness: Option<WitnessConfig>,
+    /// Seal the epoch after this many lines (at least 1).
+    pub epoch_max_lines: u64,
+    /// Seal the epoch after this long (more than zero), checked at every append, `tick` and
+    /// `close`.
+    pub epoch_max_age: Duration,
+    /// `fdatasync` the log before every checkpoint, after durable appends and at close.
+    /// Turn off only in benchmarks and tests.
+    pub fsync: bool,
+}
+
+impl AuditConfig {
+    /// The defaults for a Garuda home folder: `<home>/audit`, `<home>/keys`, checkpoints on,
+    /// no witness, 256 lines or 60 s per epoch, fsync on.
+    pub fn new(garuda_home: &Path, project_root: &Path) -> Self {
+        AuditConfig {
+            audit_root: garuda_home.join("audit"),
+            keys_dir: garuda_home.join("keys"),
+            project_root: project_root.to_path_buf(),
+            checkpoints: true,
+            witness: None,
+            epoch_max_lines: DEFAULT_EPOCH_MAX_LINES,
+            epoch_max_age: DEFAULT_EPOCH_MAX_AGE,
+            fsync: true,
+        }
+    }
+}
+
+/// A session's position: what a running writer vouches for. Passed to
+/// [`crate::VerifyOptions::trusted_heads`] by a supervisor that verifies its own live session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionHead {
+    /// The session id.
+    pub session: String,
+    /// The session's log file.
+    pub file: PathBuf,
+    /// Number of lines written.
+    pub lines: u64,
+    /// SHA-256 (hex) of the last line.
+    pub head: String,
+}
+
+/// Appends MACed lines to one session's log. See the crate documentation for the format.
+///
+/// Dropping a writer without [`SessionWriter::close`] leaves the session as a crash would:
+/// unclosed, to be recovered (attested as found) by the project's next session.
+pub struct SessionWriter {
+    uid: u32,
+    dir: PathBuf,
+    id: String,
+    origin: String,
+    path: PathBuf,
+    file: File,
+    key: EpochKey,
+    index_key: MacKey,
+    key_id: String,
+    checkpoints: bool,
+    witness: Option<WitnessConfig>,
+    fsync: bool,
+    max_lines: u64,
+    max_age: Duration,
+    seq: u64,
+    prev: Hash,
+    epoch_lines: u64,
+    epoch_started: Instant,
+    compact: Compact,
+    tree: Option<Tree>,
+    witness_size: u64,
+    poisoned: Option<String>,
+    buf: Vec<u8>,
+}
+
+impl std::fmt::Debug for SessionWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionWriter")
+            .field("session", &self.id)
+            .field("path", &self.path)
+            .field("seq", &self.seq)
+            .field("epoch", &self.key.epoch())
+            .field("poisoned", &self.poisoned)
+            .finish()
+    }
+}
+
+fn to_value<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+impl SessionWriter {
+    /// Starts a session: records it in the project index, attests the previous session's end
+    /// (and recovers sessions whose writer died), creates the log file and writes its first
+    /// line. `start` is redacted and stored as the first line's `info`.
+    pub fn open(cfg: &AuditConfig, start: Value) -> Result<SessionWriter, AuditError> {
+        if cfg.epoch_max_lines == 0 {
+            return Err(AuditError::Config {
+                reason: "epoch_max_lines must be at least 1",
+            });
+        }
+        if cfg.epoch_max_age.is_zero() {
+            return Err(AuditError::Config {
+                reason: "epoch_max_age must be more than zero",
+            });
+        }
+        let uid = fsx::current_uid()?;
+        let secret = InstallSecret::load_or_create(&cfg.keys_dir)?;
+        fsx::ensure_private_dir(&cfg.audit_root, uid)?;
+        let dir = layout::project_audit_dir(&cfg.audit_root, &cfg.project_root)?;
+        fsx::ensure_private_dir(&dir, uid)?;
+        let dir_name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let id = layout::new_session_id()?;
+
+        let mut index = LockedIndex::open(&dir, uid, cfg.fsync)?;
+        let (prev_session, recovered) = attest_others(&dir, &index.events);
+        let key_id = hex(&secret.key_id());
+        let index_key = secret.index_key(&id);
+        index.append(
+            INDEX_START,
+            &to_value(&IndexStartEvent {
+                session: id.clone(),
+                file: log_file_name(&id),
+                key_id: key_id.clone(),
+                prev_session: prev_session.clone(),
+                recovered: recovered.clone(),
+            }),
+            &index_key,
+            cfg.fsync,
+        )?;
+
+        let path = dir.join(log_file_name(&id));
+        let file = fsx::create_new_append(&path, uid)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(AuditError::Locked { path });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(AuditError::io(&path, e)),
+        }
+        let prev = match &prev_session {
+            Some(a) if matches!(a.state, AttestState::Closed | AttestState::Recovered) => {
+                a.head_hash().unwrap_or(ZERO_HASH)
+            }
+            _ => ZERO_HASH,
+        };
+        let mut w = SessionWriter {
+            uid,
+            origin: checkpoint::origin(&dir_name, &id),
+            dir: dir.clone(),
+            path,
+            file,
+            key: secret.session_key(&id),
+            index_key,
+            key_id: key_id.clone(),
+            id: id.clone(),
+            checkpoints: cfg.checkpoints,
+            witness: cfg.witness.clone(),
+            fsync: cfg.fsync,
+            max_lines: cfg.epoch_max_lines,
+            max_age: cfg.epoch_max_age,
+            seq: 0,
+            prev,
+            epoch_lines: 0,
+            epoch_started: Instant::now(),
+            compact: Compact::new(),
+            tree: cfg.witness.as_ref().map(|_| Tree::new()),
+            witness_size: 0,
+            poisoned: None,
+            buf: Vec::with_capacity(1024),
+        };
+        drop(secret);
+        let mut info = start;
+        redact_value(&mut info);
+        let ev = to_value(&StartEvent {
+            session: id,
+            project: dir_name,
+            key_id,
+            checkpoints: cfg.checkpoints,
+            witness: cfg.witness.is_some(),
+            prev_session,
+            recovered,
+            info,
+        });
+        w.write_line(KIND_START, &ev)?;
+        w.epoch_lines += 1;
+        if w.fsync {
+            w.sync()?;
+            fsx::fsync_dir(&dir)?;
+        }
+        drop(index);
+        Ok(w)
+    }
+
+    /// This session's id.
+    pub fn session_id(&self) -> &str {
+        &self.id
+    }
+
+    /// The log file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.key.epoch()
+    }
+
+    /// What this writer vouches for now (for verifying a live session).
+    pub fn head(&self) -> SessionHead {
+        SessionHead {
+            session: self.id.clone(),
+            file: self.path.clone(),
+            lines: self.seq,
+            head: head_hex(&self.prev),
+        }
+    }
+
+    /// Appends one event of type `kind` (redacted first) and returns its `seq`. The line is in
+    /// the kernel when this returns, not necessarily on disk; see [`Self::append_durable`].
+    pub fn append(&mut self, kind: &str, event: Value) -> Result<u64, AuditError> {
+        self.guarded(|w| w.append_inner(kind, event, false))
+    }
+
+    /// Like [`Self::append`], and `fdatasync`s the log before returning: for a command's
+    /// intent, recorded before the command starts, so that a crash during the command cannot
+    /// erase the fact that it was about to run.
+    pub fn append_durable(&mut self, kind: &str, event: Value) -> Result<u64, AuditError> {
+        self.guarded(|w| w.append_inner(kind, event, true))
+    }
+
+    /// Seals the epochs whose time is up, even with nothing to append. Call it from an idle
+    /// loop: until it (or an append) runs, the current epoch's key stays in memory.
+    pub fn tick(&mut self) -> Result<(), AuditError> {
+        self.guarded(|w| w.roll_time(Instant::now()))
+    }
+
+    /// Ends the session: seals elapsed epochs, writes `session_end` (with `end` redacted as its
+    /// `info`) and a final seal, writes the last checkpoint, and records the final head in the
+    /// project index.
+    pub fn close(mut self, end: Value) -> Result<SessionHead, AuditError> {
+        self.guarded(|w| {
+            w.roll_time(Instant::now())?;
+            let mut info = end;
+            redact_value(&mut info);
+            w.write_line(KIND_END, &json!({ "info": info }))?;
+            w.epoch_lines += 1;
+            let note = w.seal()?;
+            w.publish(note)?;
+            if w.fsync {
+                w.sync()?;
+            }
+            let mut index = LockedIndex::open(&w.dir, w.uid, w.fsync)?;
+            index.append(
+                INDEX_CLOSE,
+                &to_value(&IndexCloseEvent {
+                    session: w.id.clone(),
+                    file: log_file_name(&w.id),
+                    key_id: w.key_id.clone(),
+                    lines: w.seq,
+                    head: head_hex(&w.prev),
+                    root: hex(&w.compact.root()),
+                }),
+                &w.index_key,
+                w.fsync,
+            )?;
+            Ok(())
+        })?;
+        // Nothing more will be written: the poison makes any stray use of a clone impossible,
+        // and the keys are zeroized when `self` drops here.
+        self.poisoned = Some("closed".into());
+        Ok(self.head())
+    }
+
+    fn guarded<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, AuditError>,
+    ) -> Result<T, AuditError> {
+        if let Some(reason) = &self.poisoned {
+            return Err(AuditError::Poisoned {
+                session: self.id.clone(),
+                reason: reason.clone(),
+            });
+        }
+        let r = f(self);
+        if let Err(e) = &r {
+            // Fail closed: after any failure the log's state on disk is uncertain, so no
+            // later line may pretend to follow it.
+            self.poisoned = Some(e.to_string());
+        }
+        r
+    }
+
+    fn append_inner(&mut self, kind: &str, event: Value, durable: bool) -> Result<u64, AuditError> {
+        if !line::valid_kind(kind) {
+            return Err(AuditError::InvalidKind {
+                kind: kind.to_string(),
+                reason: "must be a lowercase letter, then [a-z0-9_.-], at most 64 bytes",
+            });
+        }
+        if RESERVED_KINDS.contains(&kind) {
+            return Err(AuditError::InvalidKind {
+                kind: kind.to_string(),
+                reason: "reserved for the log's own lines",
+            });
+        }
+        self.roll_time(Instant::now())?;
+        let mut event = event;
+        redact_value(&mut event);
+        let seq = self.write_line(kind, &event)?;
+        self.epoch_lines += 1;
+        if durable && self.fsync {
+            self.sync()?;
+        }
+        if self.epoch_lines >= self.max_lines {
+            // Seal at once: the sooner the key moves on, the smaller the window in which a
+            // captured key can rewrite these lines.
+            let note = self.seal()?;
+            self.epoch_started = Instant::now();
+            self.publish(note)?;
+        }
+        Ok(seq)
+    }
+
+    fn sync(&self) -> Result<(), AuditError> {
+        self.file
+            .sync_data()
+            .map_err(|e| AuditError::io(&self.path, e))
+    }
+
+    fn write_line(&mut self, kind: &str, event: &Value) -> Result<u64, AuditError> {
+        let seq = self.seq;
+        line::build(
+            &mut self.buf,
+            &NewLine {
+                seq,
+                epoch: self.key.epoch(),
+                time_ms: now_ms(),
+                prev: &self.prev,
+                kind,
+                event,
+            },
+            self.key.bytes(),
+        )
+        .map_err(|e| AuditError::Format {
+            path: self.path.clone(),
+            reason: format!("serialising a {kind:?} event: {e}"),
+        })?;
+        if self.buf.len() > MAX_LINE_BYTES {
+            return Err(AuditError::LineTooLong {
+                kind: kind.to_string(),
+                len: self.buf.len(),
+                limit: MAX_LINE_BYTES,
+            });
+        }
+        // One write of the whole line: a crash leaves at most one torn line, at the end.
+        self.file
+            .write_all(&self.buf)
+            .map_err(|e| AuditError::io(&self.path, e))?;
+        let body = &self.buf[..self.buf.len() - 1];
+        self.prev = sha256(body);
+        let leaf = leaf_hash(body);
+        self.compact.push(leaf);
+        if let Some(t) = &mut self.tree {
+            t.push(leaf);
+        }
+        self.seq += 1;
+        Ok(seq)
+    }
+
+    /// Writes the seal of the current epoch, signs the checkpoint it ends (if anyone needs
+    /// one), then evolves the key. Returns the checkpoint note.
+    fn seal(&mut self) -> Result<Option<(String, u64)>, AuditError> {
+        let ev = to_value(&SealEvent {
+            epoch: self.key.epoch(),
+            lines: self.seq,
+            root: hex(&self.compact.root()),
+        });
+        self.write_line(KIND_SEAL, &ev)?;
+        let note = (self.checkpoints || self.witness.is_some()).then(|| {
+            let cp = Checkpoint {
+                origin: self.origin.clone(),
+                size: self.seq,
+                root: self.compact.root(),
+                epoch: self.key.epoch(),
+            };
+            (cp.sign(&self.key.checkpoint_key()), self.seq)
+        });
+        self.key.evolve();
+        self.epoch_lines = 0;
+        Ok(note)
+    }
+
+    /// Seals every epoch whose time is up; an idle gap of several epoch lengths gives one
+    /// (empty) seal per elapsed epoch, so epochs stay tied to time and a later key can never
+    /// pass for an earlier one (CVE-2023-31438's truncate-and-continue).
+    fn roll_time(&mut self, now: Instant) -> Result<(), AuditError> {
+        let elapsed = now.saturating_duration_since(self.epoch_started);
+        if elapsed < self.max_age {
+            return Ok(());
+        }
+        let n = (elapsed.as_nanos() / self.max_age.as_nanos()).max(1);
+        let mut note = None;
+        for _ in 0..n {
+            note = self.seal()?;
+        }
+        self.epoch_started = now;
+        self.publish(note)
+    }
+
+    /// Makes the log durable, then writes the checkpoint file and sends the checkpoint to the
+    /// witness. The order matters: a checkpoint never names more lines than the disk holds.
+    fn publish(&mut self, note: Option<(String, u64)>) -> Result<(), AuditError> {
+        let Some((note, size)) = note else {
+            return Ok(());
+        };
+        if self.fsync {
+            self.sync()?;
+        }
+        if self.checkpoints {
+            fsx::write_atomic(
+                &self.dir,
+                &ckpt_file_name(&self.id),
+                note.as_bytes(),
+                self.fsync,
+                self.uid,
+            )?;
+        }
+        if let Some(w) = self.witness.clone() {
+            self.submit(&w, &note, size)?;
+        }
+        Ok(())
+    }
+
+    fn submit(&mut self, w: &WitnessConfig, note: &str, size: u64) -> Result<(), AuditError> {
+        let proof = |old: u64, tree: &Option<Tree>| {
+            tree.as_ref()
+                .map(|t| t.consistency_proof(old, size))
+                .unwrap_or_default()
+        };
+        let mut old = self.witness_size;
+        for _attempt in 0..2 {
+            match witness::add_checkpoint(w, old, &proof(old, &self.tree), note)? {
+                Answer::Cosigned(_) => {
+                    self.witness_size = size;
+                    return Ok(());
+                }
+                // An earlier answer was lost (timeout after the witness stored it): continue
+                // from the size the witness holds, once, if it is behind us.
+                Answer::Conflict(held) if held <= size && held != old => old = held,
+                Answer::Conflict(held) => {
+                    return Err(AuditError::WitnessRefused {
+                        witness: witness::describe(w),
+                        origin: self.origin.clone(),
+                        size,
+                        answer: format!("holds size {held}"),
+                    })
+                }
+                Answer::Refused(answer) => {
+                    return Err(AuditError::WitnessRefused {
+                        witness: witness::describe(w),
+                        origin: self.origin.clone(),
+                        size,
+                        answer,
+                    })
+                }
+            }
+        }
+        Err(AuditError::WitnessRefused {
+            witness: witness::describe(w),
+            origin: self.origin.clone(),
+            size,
+            answer: format!("still conflicting at size {old}"),
+        })
+    }
+}
+
+/// Looks at the sessions the index lists and states, for the new session's first line, how the
+/// previous one ended and which others died without closing.
+fn attest_others(dir: &Path, events: &[IndexEvent]) -> (Option<Attest>, Vec<Attest>) {
+    let mut order: Vec<&str> = Vec::new();
+    let mut closes: HashMap<&str, &IndexCloseEvent> = HashMap::new();
+    let mut settled: HashSet<&str> = HashSet::new();
+    for ev in events {
+        match ev {
+            IndexEvent::Start(s) => {
+                order.push(&s.session);
+                for a in s.recovered.iter().chain(s.prev_session.iter()) {
+                    if matches!(a.state, AttestState::Recovered | AttestState::Missing) {
+                        settled.insert(&a.session);
+                    }
+                }
+            }
+            IndexEvent::Close(c) => {
+                closes.insert(&c.session, c);
+            }
+        }
+    }
+    let attest = |id: &str| -> Attest {
+        if let Some(c) = closes.get(id) {
+            return Attest {
+                session: id.to_string(),
+                state: AttestState::Closed,
+                lines: c.lines,
+                head: c.head.clone(),
+            };
+        }
+        let (state, lines, head) = inspect(&dir.join(log_file_name(id)));
+        Attest {
+            session: id.to_string(),
+            state,
+            lines,
+            head: head_hex(&head),
+        }
+    };
+    let prev = order.last().map(|id| attest(id));
+    let mut recovered = Vec::new();
+    let mut done: HashSet<&str> = HashSet::new();
+    for id in order.iter().rev().skip(1) {
+        if closes.contains_key(id) || settled.contains(id) || !done.insert(id) {
+            continue;
+        }
+        if !layout::valid_session_id(id) {
+            continue;
+        }
+        let a = attest(id);
+        if a.state != AttestState::Open {
+            recovered.push(a);
+        }
+    }
+    (prev, recovered)
+}
+
+/// The state of an unclosed session's file: live (locked by its writer), missing, or dead
+/// with so many complete lines.
+fn inspect(path: &Path) -> (AttestState, u64, Hash) {
+    let file = match fsx::open_read(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return (AttestState::Missing, 0, ZERO_HASH)
+        }
+        // Unreadable: claim nothing about it.
+        Err(_) => return (AttestState::Open, 0, ZERO_HASH),
+    };
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(_) => return (AttestState::Open, 0, ZERO_HASH),
+    }
+    let mut data = Vec::new();
+    let read = io::Read::read_to_end(&mut &file, &mut data);
+    let _ = file.unlock();
+    if read.is_err() {
+        return (AttestState::Open, 0, ZERO_HASH);
+    }
+    let (lines, head) = layout::head_of(&data);
+    (AttestState::Recovered, lines, head)
+}

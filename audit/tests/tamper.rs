@@ -1,0 +1,707 @@
+//! The tamper suite: real sessions written by `SessionWriter` into temporary folders, then
+//! altered the way an attacker would, then verified. Each case names the code and the line it
+//! expects. Negative controls show the attack working where the control is missing (the seed
+//! design's plain hash chain, a log without checkpoints or witness).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod util;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use garuda_audit::{Code, Outcome, SessionWriter, Severity};
+use serde_json::json;
+use util::*;
+
+/// 1-based number of the first line containing `needle`.
+fn line_with(lines: &[Vec<u8>], needle: &str) -> usize {
+    lines
+        .iter()
+        .position(|l| String::from_utf8_lossy(l).contains(needle))
+        .unwrap_or_else(|| panic!("no line with {needle}"))
+        + 1
+}
+
+fn kinds(lines: &[Vec<u8>]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| {
+            let s = String::from_utf8_lossy(l);
+            let i = s.find("\"type\":\"").unwrap() + 8;
+            let j = s[i..].find('"').unwrap();
+            s[i..i + j].to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn clean_sessions_verify() {
+    let env = Env::new().with_witness();
+    env.session(10, true);
+    let path = env.session(3, true);
+    let r = garuda_audit::verify(&env.options_with_witness());
+    assert_outcome(&r, Outcome::Verified);
+    assert!(r.findings.is_empty(), "{}", r.render_text());
+    assert_eq!(r.sessions.len(), 2);
+    assert!(r.sessions.iter().all(|s| s.closed && s.complete));
+    assert!(r.coverage.commands_and_agent && r.coverage.anyone);
+    // The secret is on disk: processes with the user's rights are not covered.
+    assert!(!r.coverage.same_user_processes);
+    // Layout: start, seals every 4 lines, end, final seal.
+    let k = kinds(&read_lines(&path));
+    assert_eq!(k.first().unwrap(), "session_start");
+    assert_eq!(&k[k.len() - 2..], ["session_end", "seal"]);
+    assert_eq!(k[4], "seal");
+    let json = r.to_json();
+    assert_eq!(json["outcome"], "verified");
+    assert_eq!(json["exit_code"], 0);
+}
+
+#[test]
+fn a_flipped_byte_is_bad_mac() {
+    let env = Env::new();
+    let path = env.session(10, true);
+    let mut lines = read_lines(&path);
+    let n = line_with(&lines, "cmd-4");
+    lines[n - 1] = replace(&lines[n - 1], "cmd-4", "cmd-X");
+    write_lines(&path, &lines);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::BadMac, Some(n as u64), Some(&path));
+}
+
+#[test]
+fn an_edit_with_the_plain_chain_recomputed_is_still_bad_mac() {
+    let env = Env::new();
+    let path = env.session(10, true);
+    let mut lines = read_lines(&path);
+    let n = line_with(&lines, "cmd-4");
+    lines[n - 1] = replace(&lines[n - 1], "cmd-4", "rm -rf ~");
+    // Fix up every later prev, as the seed design's verifier checks them.
+    assert!(!plain_chain_ok(&lines));
+    for i in n..lines.len() {
+        let h = sha256(&lines[i - 1]);
+        lines[i] = set_prev(&lines[i], &h);
+    }
+    // Negative control: the plain SHA-256 chain (seed T8) accepts the rewritten log.
+    assert!(plain_chain_ok(&lines));
+    write_lines(&path, &lines);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::BadMac, Some(n as u64), Some(&path));
+}
+
+#[test]
+fn a_deleted_line_is_a_seq_gap_and_prev_mismatch() {
+    let env = Env::new();
+    let path = env.session(10, true);
+    let mut lines = read_lines(&path);
+    let n = line_with(&lines, "cmd-4");
+    lines.remove(n - 1);
+    write_lines(&path, &lines);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::SeqGap, Some(n as u64), Some(&path));
+    assert_finding(&r, Code::PrevMismatch, Some(n as u64), Some(&path));
+}
+
+#[test]
+fn swapped_lines_are_seq_gap_then_seq_dup() {
+    let env = Env::new();
+    let path = env.session(10, true);
+    let mut lines = read_lines(&path);
+    let n = line_with(&lines, "cmd-4");
+    lines.swap(n - 1, n);
+    write_lines(&path, &lines);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::SeqGap, Some(n as u64), Some(&path));
+    assert_finding(&r, Code::SeqDup, Some(n as u64 + 1), Some(&path));
+}
+
+#[test]
+fn a_duplicated_line_is_seq_dup() {
+    let env = Env::new();
+    let path = env.session(10, true);
+    let mut lines = read_lines(&path);
+    let n = line_with(&lines, "cmd-4");
+    let copy = lines[n - 1].clone();
+    lines.insert(n, copy);
+    write_lines(&path, &lines);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::SeqDup, Some(n as u64 + 1), Some(&path));
+    assert_finding(&r, Code::PrevMismatch, Some(n as u64 + 1), Some(&path));
+}
+
+#[test]
+fn truncation_below_the_checkpoint_is_detected() {
+    let env = Env::new();
+    let path = env.session(10, true);
+    let lines = read_lines(&path);
+    assert_eq!(lines.len(), 15);
+    // Cut back to a seal boundary (line 10): the chain alone looks fine.
+    write_lines(&path, &lines[..10]);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::Truncated, Some(11), Some(&path));
+
+    // Cut in the middle of a line: the torn tail is a warning, the cut is not.
+    let mut data = fs::read(&path).unwrap();
+    data.truncate(data.len() - 40);
+    fs::write(&path, &data).unwrap();
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::TornTail, Some(10), Some(&path));
+    assert_finding(&r, Code::Truncated, Some(10), Some(&path));
+}
+
+#[test]
+fn cutting_the_tail_after_the_last_epoch_seal() {
+    // With checkpoints: the checkpoint written at close names every line.
+    let env = Env::new();
+    let path = env.session(10, true);
+    let lines = read_lines(&path);
+    let ckpt = path.with_extension("ckpt");
+    let note = fs::read_to_string(&ckpt).unwrap();
+    assert!(note.contains("\n15\n"), "{note}");
+    // Lines 11-15: three events, session_end and the final seal, after the seal at 10.
+    write_lines(&path, &lines[..12]);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::Truncated, Some(13), Some(&path));
+
+    // With a witness and no checkpoint file: the witness holds the final tree.
+    let env = Env::new().without_checkpoints().with_witness();
+    let path = env.session(10, true);
+    assert!(!path.with_extension("ckpt").exists());
+    let lines = read_lines(&path);
+    write_lines(&path, &lines[..12]);
+    let r = garuda_audit::verify(&env.options_with_witness());
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::WitnessAhead, Some(13), Some(&path));
+}
+
+#[test]
+fn an_unclosed_session_cut_within_its_checkpoint() {
+    // The writer dies (dropped without close); its last checkpoint is at the seal of line 10.
+    let env = Env::new();
+    let path = env.session(10, false);
+    let lines = read_lines(&path);
+    assert_eq!(lines.len(), 13);
+    // Unclosed and nothing records its end: undecidable, not verified.
+    assert_outcome(&env.verify(), Outcome::Undecidable);
+    // Cutting lines after the checkpoint cannot be told from the crash.
+    write_lines(&path, &lines[..11]);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Undecidable);
+    assert_finding(&r, Code::OpenSession, Some(12), Some(&path));
+    // Cutting into the checkpointed part can.
+    write_lines(&path, &lines[..8]);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::Truncated, Some(9), Some(&path));
+}
+
+#[test]
+fn negative_control_a_tail_cut_without_checkpoints_or_witness_is_undecidable() {
+    let env = Env::new().without_checkpoints();
+    let path = env.session(10, false);
+    let lines = read_lines(&path);
+    write_lines(&path, &lines[..lines.len() - 3]);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Undecidable);
+    assert_finding(
+        &r,
+        Code::OpenSession,
+        Some(lines.len() as u64 - 2),
+        Some(&path),
+    );
+    // The same cut of a closed session is caught by the index's close entry.
+    let env = Env::new().without_checkpoints();
+    let path = env.session(10, true);
+    let lines = read_lines(&path);
+    write_lines(&path, &lines[..lines.len() - 3]);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(
+        &r,
+        Code::Truncated,
+        Some(lines.len() as u64 - 2),
+        Some(&path),
+    );
+}
+
+#[test]
+fn a_torn_last_line_is_a_warning() {
+    let env = Env::new();
+    let path = env.session(6, false);
+    // A crash in the middle of writing the next line.
+    let lines = read_lines(&path);
+    let mut data = fs::read(&path).unwrap();
+    data.extend_from_slice(&lines[lines.len() - 1][..50]);
+    fs::write(&path, &data).unwrap();
+    // The next session records the crashed one as found.
+    env.session(1, true);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Verified);
+    assert_finding(
+        &r,
+        Code::TornTail,
+        Some(lines.len() as u64 + 1),
+        Some(&path),
+    );
+    assert!(r.findings.iter().all(|f| f.severity == Severity::Warning));
+}
+
+#[test]
+fn a_torn_middle_line_is_an_error() {
+    let env = Env::new();
+    let path = env.session(10, true);
+    let mut lines = read_lines(&path);
+    let n = line_with(&lines, "cmd-4");
+    let half = lines[n - 1].len() / 2;
+    lines[n - 1].truncate(half);
+    write_lines(&path, &lines);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::Malformed, Some(n as u64), Some(&path));
+}
+
+#[test]
+fn a_deleted_middle_session_is_file_missing() {
+    let env = Env::new().without_checkpoints();
+    env.session(3, true);
+    let middle = env.session(3, true);
+    env.session(3, true);
+    fs::remove_file(&middle).unwrap();
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::FileMissing, None, Some(&middle));
+}
+
+#[test]
+fn a_deleted_newest_session() {
+    let env = Env::new().with_witness();
+    env.session(3, true);
+    let newest = env.session(3, true);
+    let index = env.dir().join(garuda_audit::INDEX_FILE);
+    let index_lines = read_lines(&index);
+    assert_eq!(index_lines.len(), 4);
+    std::thread::sleep(Duration::from_millis(60));
+    fs::remove_file(&newest).unwrap();
+    fs::remove_file(newest.with_extension("ckpt")).unwrap();
+
+    // The index still records its close: tampering, and the file is named.
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::FileMissing, None, Some(&newest));
+
+    // Cut the index back to the session's start entry: a crash right after that entry would
+    // look the same, so locally this is undecidable (exit 2) ...
+    write_lines(&index, &index_lines[..3]);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Undecidable);
+    assert_eq!(r.outcome().exit_code(), 2);
+    assert_finding(&r, Code::FileMissing, None, Some(&newest));
+
+    // ... and with every trace gone, the folder's ctime still tells (root could hide it).
+    write_lines(&index, &index_lines[..2]);
+    let mut o = env.options();
+    o.ctime_slack = Duration::from_millis(20);
+    let r = garuda_audit::verify(&o);
+    assert_outcome(&r, Outcome::Undecidable);
+    assert_finding(&r, Code::ChangedAfterWrite, None, Some(&env.dir()));
+    // Negative control: without the ctime check (a huge slack) nothing local is left.
+    o.ctime_slack = Duration::from_secs(86_400);
+    assert_outcome(&garuda_audit::verify(&o), Outcome::Verified);
+
+    // The witness saw it.
+    let r = garuda_audit::verify(&env.options_with_witness());
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::WitnessAhead, None, Some(&newest));
+}
+
+#[test]
+fn resealing_an_old_epoch_with_a_later_key_is_bad_mac() {
+    // CVE-2023-31439: an attacker holding the key of epoch 2 rewrites epoch 0 and re-seals it.
+    let env = Env::new();
+    let path = env.session(10, true);
+    let id = session_id(&path);
+    let k2 = env.key().session_key(&id).at(2);
+    let lines = read_lines(&path);
+    let n = line_with(&lines, "cmd-1"); // epoch 0
+    assert!(String::from_utf8_lossy(&lines[n - 1]).contains("\"epoch\":0"));
+
+    // Keep the claimed epoch 0, MAC with the later key (lines n..=5, the seal included).
+    let mut forged = lines.clone();
+    forged[n - 1] = remac(&replace(&lines[n - 1], "cmd-1", "cmd-Z"), &k2);
+    for i in n..5 {
+        let h = sha256(&forged[i - 1]);
+        forged[i] = remac(&set_prev(&forged[i], &h), &k2);
+    }
+    write_lines(&path, &forged);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::BadMac, Some(n as u64), Some(&path));
+    assert_finding(&r, Code::BadMac, Some(5), Some(&path));
+
+    // Claim epoch 2 instead: the MAC is then right for that epoch, but the line sits before
+    // the seals of epochs 0 and 1.
+    let mut forged = lines.clone();
+    let edited = replace(&lines[n - 1], "cmd-1", "cmd-Z");
+    forged[n - 1] = remac(&replace(&edited, "\"epoch\":0", "\"epoch\":2"), &k2);
+    write_lines(&path, &forged);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::EpochGap, Some(n as u64), Some(&path));
+}
+
+#[test]
+fn a_dropped_epoch_is_an_epoch_gap() {
+    let env = Env::new();
+    let path = env.session(10, true);
+    let mut lines = read_lines(&path);
+    // Epoch 1 is lines 6..=10 (its seal included).
+    assert_eq!(kinds(&lines)[9], "seal");
+    lines.drain(5..10);
+    write_lines(&path, &lines);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::EpochGap, Some(6), Some(&path));
+    assert_finding(&r, Code::SeqGap, Some(6), Some(&path));
+}
+
+#[test]
+fn truncate_and_continue_with_the_current_key_is_an_epoch_gap() {
+    // CVE-2023-31438: holding the current key (epoch 2), cut back into epoch 1 and append
+    // lines that chain correctly.
+    let env = Env::new();
+    let path = env.session(10, false);
+    let id = session_id(&path);
+    let k2 = env.key().session_key(&id).at(2);
+    let lines = read_lines(&path);
+    let mut forged: Vec<Vec<u8>> = lines[..7].to_vec(); // epoch 1, before its seal
+    let template = &lines[11]; // an epoch-2 line
+    let mut prev = sha256(&forged[6]);
+    for seq in 7..9 {
+        let l = replace(template, "\"seq\":11", &format!("\"seq\":{seq}"));
+        let l = remac(&set_prev(&l, &prev), &k2);
+        prev = sha256(&l);
+        forged.push(l);
+    }
+    write_lines(&path, &forged);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::EpochGap, Some(8), Some(&path));
+
+    // Claiming epoch 1 for them needs epoch 1's key, which is gone.
+    let mut forged: Vec<Vec<u8>> = lines[..7].to_vec();
+    let l = replace(template, "\"seq\":11", "\"seq\":7");
+    let l = replace(&l, "\"epoch\":2", "\"epoch\":1");
+    forged.push(remac(&set_prev(&l, &sha256(&forged[6])), &k2));
+    write_lines(&path, &forged);
+    let r = env.verify();
+    assert_finding(&r, Code::BadMac, Some(8), Some(&path));
+}
+
+#[test]
+fn a_line_copied_from_another_session_is_bad_mac() {
+    let env = Env::new();
+    let a = env.session(10, true);
+    let b = env.session(10, true);
+    let la = read_lines(&a);
+    let mut lb = read_lines(&b);
+    let n = line_with(&lb, "cmd-4");
+    lb[n - 1] = la[n - 1].clone();
+    write_lines(&b, &lb);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::BadMac, Some(n as u64), Some(&b));
+}
+
+#[test]
+fn forged_inflated_or_stale_checkpoints_are_ckpt_bad() {
+    let env = Env::new();
+    let mut w = SessionWriter::open(&env.cfg, json!({})).unwrap();
+    for i in 0..5 {
+        w.append("x", json!({ "i": i })).unwrap();
+    }
+    let ckpt = w.path().with_extension("ckpt");
+    let stale = fs::read_to_string(&ckpt).unwrap();
+    for i in 0..10 {
+        w.append("x", json!({ "i": i })).unwrap();
+    }
+    let path = w.path().to_path_buf();
+    w.close(json!({})).unwrap();
+    let good = fs::read_to_string(&ckpt).unwrap();
+    let size: u64 = good.lines().nth(1).unwrap().parse().unwrap();
+
+    // Inflated: a bigger size under the old signature.
+    fs::write(
+        &ckpt,
+        good.replacen(&format!("\n{size}\n"), &format!("\n{}\n", size + 5), 1),
+    )
+    .unwrap();
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::CkptBad, None, Some(&ckpt));
+
+    // Forged: a signature made up without the key.
+    let sig_at = good.find("\u{2014} garuda-audit ").unwrap();
+    let forged = format!(
+        "{}\u{2014} garuda-audit AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n",
+        &good[..sig_at]
+    );
+    fs::write(&ckpt, forged).unwrap();
+    assert_finding(&env.verify(), Code::CkptBad, None, Some(&ckpt));
+
+    // Stale: a valid older checkpoint put back (rollback of the evidence).
+    fs::write(&ckpt, &stale).unwrap();
+    assert_finding(&env.verify(), Code::CkptBad, None, Some(&ckpt));
+
+    // Gone while the log continued after a seal: missing evidence.
+    fs::remove_file(&ckpt).unwrap();
+    let r = env.verify();
+    assert_finding(&r, Code::FileMissing, None, Some(&ckpt));
+    assert!(path.exists());
+}
+
+#[test]
+fn a_reserialised_line_is_bad_mac_and_duplicate_keys_are_malformed() {
+    let env = Env::new();
+    let path = env.session(10, true);
+    let lines = read_lines(&path);
+    let n = line_with(&lines, "cmd-4");
+
+    // Same meaning, other bytes: sorted keys (serde_json's default map order).
+    let v: serde_json::Value = serde_json::from_slice(&lines[n - 1]).unwrap();
+    let mut edited = lines.clone();
+    edited[n - 1] = serde_json::to_vec(&v).unwrap();
+    assert_ne!(edited[n - 1], lines[n - 1]);
+    write_lines(&path, &edited);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::BadMac, Some(n as u64), Some(&path));
+
+    // Same order, a space after every colon.
+    let mut edited = lines.clone();
+    edited[n - 1] = String::from_utf8_lossy(&lines[n - 1])
+        .replace("\":", "\": ")
+        .into_bytes();
+    write_lines(&path, &edited);
+    assert_finding(&env.verify(), Code::BadMac, Some(n as u64), Some(&path));
+
+    // A second "cmd" inside the event: two readings of one line.
+    let mut edited = lines.clone();
+    edited[n - 1] = replace(&lines[n - 1], "{\"cmd\":", "{\"cmd\":\"ls\",\"cmd\":");
+    write_lines(&path, &edited);
+    let r = env.verify();
+    assert_finding(&r, Code::Malformed, Some(n as u64), Some(&path));
+    assert!(!r
+        .findings
+        .iter()
+        .any(|f| f.code == Code::BadMac && f.line == Some(n as u64)));
+}
+
+#[test]
+fn links_and_loose_modes_are_unsafe_mode() {
+    let env = Env::new();
+    let path = env.session(3, true);
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::UnsafeMode, None, Some(&path));
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+    assert_outcome(&env.verify(), Outcome::Verified);
+
+    // The log replaced by a link to a copy elsewhere: not followed.
+    let elsewhere = env.tmp.path().join("moved.jsonl");
+    fs::rename(&path, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::UnsafeMode, None, Some(&path));
+
+    // A loose folder.
+    fs::set_permissions(env.dir(), fs::Permissions::from_mode(0o755)).unwrap();
+    assert_finding(&env.verify(), Code::UnsafeMode, None, Some(&env.dir()));
+    fs::set_permissions(env.dir(), fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+#[test]
+fn the_writer_refuses_a_planted_link() {
+    let env = Env::new();
+    env.session(1, true);
+    // A link where the project's index should be: the writer must not follow it.
+    let index = env.dir().join(garuda_audit::INDEX_FILE);
+    let target = env.tmp.path().join("victim");
+    fs::write(&target, b"").unwrap();
+    fs::remove_file(&index).unwrap();
+    std::os::unix::fs::symlink(&target, &index).unwrap();
+    let err = SessionWriter::open(&env.cfg, json!({})).unwrap_err();
+    assert!(
+        matches!(err, garuda_audit::AuditError::Symlink { .. }),
+        "{err}"
+    );
+    assert_eq!(fs::read(&target).unwrap(), b"");
+}
+
+#[test]
+fn an_exported_key_moves_same_user_processes_into_coverage() {
+    let env = Env::new();
+    env.session(3, true);
+    let old_key = env.key();
+    let mut o = env.options();
+    let out = env.tmp.path().join("exported.key");
+    garuda_audit::key_export(&env.cfg.keys_dir, &out, true).unwrap();
+    // Without the exported key, the session cannot be judged.
+    o.keys = Vec::new();
+    let r = garuda_audit::verify(&o);
+    assert_outcome(&r, Outcome::Undecidable);
+    assert_finding(&r, Code::KeyUnknown, None, None);
+    // With it, verified, and the secret is no longer on disk.
+    o.keys = vec![garuda_audit::InstallSecret::read_file(&out).unwrap()];
+    assert_eq!(o.keys[0].key_id(), old_key.key_id());
+    let r = garuda_audit::verify(&o);
+    assert_outcome(&r, Outcome::Verified);
+    assert!(r.coverage.same_user_processes, "{}", r.render_text());
+    assert!(!r.coverage.anyone);
+}
+
+#[test]
+fn redaction_happens_before_the_mac() {
+    let env = Env::new();
+    let mut w = SessionWriter::open(&env.cfg, json!({})).unwrap();
+    let fake = "sk-ant-api03-Xy7Kq2LmN9pR4sT6vW8zA1bC3dE5fG7hJ9kL";
+    w.append(
+        "command_intent",
+        json!({"cmd": format!("ANTHROPIC_API_KEY={fake} claude")}),
+    )
+    .unwrap();
+    let path = w.path().to_path_buf();
+    w.close(json!({})).unwrap();
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(!text.contains("Xy7Kq2LmN9pR4sT6"));
+    assert!(text.contains("[REDACTED:"));
+    assert_outcome(&env.verify(), Outcome::Verified);
+    let shown = garuda_audit::show(&env.dir(), &session_id(&path), &[env.key()]).unwrap();
+    assert!(shown.stopped.is_none());
+    assert_eq!(shown.lines[1].kind, "command_intent");
+}
+
+#[test]
+fn show_stops_at_the_first_line_that_does_not_verify() {
+    let env = Env::new();
+    let path = env.session(10, true);
+    let id = session_id(&path);
+    let all = garuda_audit::show(&env.dir(), &id, &[env.key()]).unwrap();
+    assert_eq!(all.lines.len(), 15);
+    let mut lines = read_lines(&path);
+    let n = line_with(&lines, "cmd-4");
+    lines[n - 1] = replace(&lines[n - 1], "cmd-4", "cmd-X");
+    write_lines(&path, &lines);
+    let shown = garuda_audit::show(&env.dir(), &id, &[env.key()]).unwrap();
+    assert_eq!(shown.lines.len(), n - 1);
+    assert_eq!(shown.stopped.unwrap().code, Code::BadMac);
+    assert_eq!(garuda_audit::list_sessions(&env.dir()).unwrap(), vec![id]);
+}
+
+#[test]
+fn time_based_epochs_seal_empty_epochs_and_the_writer_fails_closed() {
+    let mut env = Env::new();
+    env.cfg.epoch_max_lines = 1000;
+    env.cfg.epoch_max_age = Duration::from_millis(30);
+    let mut w = SessionWriter::open(&env.cfg, json!({})).unwrap();
+    w.append("x", json!({})).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    w.append("x", json!({})).unwrap();
+    // At least three epochs elapsed: three seals, empty ones included.
+    assert!(w.epoch() >= 3, "epoch {}", w.epoch());
+    let path = w.path().to_path_buf();
+    // An invalid kind poisons the writer: nothing more is written.
+    assert!(w.append("session_end", json!({})).is_err());
+    assert!(matches!(
+        w.append("x", json!({})),
+        Err(garuda_audit::AuditError::Poisoned { .. })
+    ));
+    drop(w);
+    let seals = kinds(&read_lines(&path))
+        .iter()
+        .filter(|k| *k == "seal")
+        .count();
+    assert!(seals >= 3, "{seals} seals");
+    // The next session recovers it; everything verifies.
+    env.session(1, true);
+    assert_outcome(&env.verify(), Outcome::Verified);
+}
+
+#[test]
+fn a_running_writer_can_vouch_for_its_head() {
+    let env = Env::new();
+    env.session(2, true);
+    let mut w = SessionWriter::open(&env.cfg, json!({})).unwrap();
+    w.append("x", json!({})).unwrap();
+    // Locked by a live writer: its end is unknown.
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Undecidable);
+    assert_finding(&r, Code::OpenSession, Some(3), Some(w.path()));
+    let mut o = env.options();
+    o.trusted_heads = vec![w.head()];
+    assert_outcome(&garuda_audit::verify(&o), Outcome::Verified);
+    // A cut behind the writer's back contradicts its head.
+    let lines = read_lines(w.path());
+    write_lines(w.path(), &lines[..1]);
+    let r = garuda_audit::verify(&o);
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::Truncated, Some(2), Some(w.path()));
+}
+
+#[test]
+fn a_large_session_is_checked_the_same_way() {
+    // Above 8192 lines the position-independent checks run on several threads; the findings
+    // must not change.
+    let mut env = Env::new();
+    env.cfg.epoch_max_lines = 256;
+    let path = env.session(9000, true);
+    assert_outcome(&env.verify(), Outcome::Verified);
+    let mut lines = read_lines(&path);
+    let n = line_with(&lines, "cmd-7000");
+    lines[n - 1] = replace(&lines[n - 1], "cmd-7000", "cmd-7001");
+    // Drop the second epoch (lines 258..=514, its seal included).
+    assert_eq!(kinds(&lines)[513], "seal");
+    lines.drain(257..514);
+    write_lines(&path, &lines);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::EpochGap, Some(258), Some(&path));
+    assert_finding(&r, Code::BadMac, Some(n as u64 - 257), Some(&path));
+}
+
+#[test]
+fn index_tampering_is_found() {
+    let env = Env::new();
+    env.session(2, true);
+    env.session(2, true);
+    env.session(2, true);
+    let index = env.dir().join(garuda_audit::INDEX_FILE);
+    let lines = read_lines(&index);
+    assert_eq!(lines.len(), 6);
+    // A middle entry removed: the chain breaks there.
+    let mut cut = lines.clone();
+    cut.remove(2);
+    write_lines(&index, &cut);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::PrevMismatch, Some(3), Some(&index));
+    assert_finding(&r, Code::SeqGap, Some(3), Some(&index));
+    // An entry edited: its MAC fails.
+    let mut edited = lines.clone();
+    edited[3] = replace(&edited[3], "\"lines\":", "\"lines\":1");
+    write_lines(&index, &edited);
+    assert_finding(&env.verify(), Code::BadMac, Some(4), Some(&index));
+    // The index gone while sessions remain.
+    fs::remove_file(&index).unwrap();
+    assert_finding(&env.verify(), Code::FileMissing, None, Some(&index));
+}

@@ -1,0 +1,826 @@
+//! Table-driven tests of the decision order: every step, with the rule and source that decided.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::settings::{merge_texts, Flags, SourceKind};
+use crate::test_support::{fake_host, write};
+
+/// A project under a temporary folder, a hand-built host, and the three policy texts.
+struct World {
+    _tmp: tempfile::TempDir,
+    host: HostEnv,
+    root: PathBuf,
+    settings: EffectiveSettings,
+}
+
+const MANAGED: &str = "/etc/garuda/managed-policy.json";
+const USER: &str = "/home/u/.garuda/policy.json";
+const PROJECT: &str = "/p/.garuda/settings.json";
+
+fn world(managed: &str, user: &str, project: &str) -> World {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let tmp_path = std::fs::canonicalize(tmp.path()).unwrap();
+    let host = fake_host(&tmp_path);
+    let root = tmp_path.join("project");
+    std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    let mut texts = Vec::new();
+    for (kind, path, text) in [
+        (SourceKind::Managed, MANAGED, managed),
+        (SourceKind::User, USER, user),
+        (SourceKind::Project, PROJECT, project),
+    ] {
+        if !text.is_empty() {
+            texts.push((kind, Path::new(path), text));
+        }
+    }
+    let settings = merge_texts(&texts, &host, &root, &Flags::default()).unwrap();
+    World {
+        _tmp: tmp,
+        host,
+        root,
+        settings,
+    }
+}
+
+impl World {
+    fn decide(&self, request: Request, ctx: &Context) -> Decision {
+        Engine::new(&self.settings, &self.host, &self.root).decide(&request, ctx)
+    }
+}
+
+fn read(p: &str) -> Request {
+    Request::ReadFile { path: p.into() }
+}
+fn write_req(p: &str) -> Request {
+    Request::WriteFile { path: p.into() }
+}
+fn edit(p: &str) -> Request {
+    Request::EditFile { path: p.into() }
+}
+fn bash(line: &str) -> Request {
+    Request::Bash {
+        line: line.into(),
+        outside_sandbox: false,
+    }
+}
+fn bash_outside(line: &str) -> Request {
+    Request::Bash {
+        line: line.into(),
+        outside_sandbox: true,
+    }
+}
+fn fetch(url: &str) -> Request {
+    Request::WebFetch { url: url.into() }
+}
+fn mcp(name: &str) -> Request {
+    Request::Mcp { name: name.into() }
+}
+
+fn sandbox() -> Context {
+    Context {
+        sandbox_available: true,
+        ..Context::default()
+    }
+}
+fn host_only() -> Context {
+    Context::default()
+}
+fn plan() -> Context {
+    Context {
+        plan_mode: true,
+        sandbox_available: true,
+        ..Context::default()
+    }
+}
+fn plan_no_sandbox() -> Context {
+    Context {
+        plan_mode: true,
+        ..Context::default()
+    }
+}
+fn with_session(rules: &[&str]) -> Context {
+    Context {
+        session_rules: rules.iter().map(|r| r.parse().unwrap()).collect(),
+        ..Context::default()
+    }
+}
+
+/// One row: the request, the context, the expected verdict and step, and the expected first
+/// cause as (rule, source) where `source` is `managed:LINE`, `user:LINE`, `project:LINE`,
+/// `session`, `built-in` or `-` for none.
+struct Row {
+    name: &'static str,
+    request: Request,
+    ctx: Context,
+    verdict: Verdict,
+    step: Step,
+    cause: (&'static str, &'static str),
+}
+
+fn source_label(source: &str) -> String {
+    for (prefix, label) in [
+        (format!("managed {MANAGED}:"), "managed:"),
+        (format!("user {USER}:"), "user:"),
+        (format!("project {PROJECT}:"), "project:"),
+    ] {
+        if let Some(line) = source.strip_prefix(&prefix) {
+            return format!("{label}{line}");
+        }
+    }
+    source.to_string()
+}
+
+fn check(w: &World, rows: Vec<Row>) {
+    for row in rows {
+        let d = w.decide(row.request.clone(), &row.ctx);
+        assert_eq!(
+            (d.verdict, d.step),
+            (row.verdict, row.step),
+            "{}: {d}",
+            row.name
+        );
+        let got = d
+            .causes
+            .first()
+            .map(|c| (c.rule.clone(), source_label(&c.source)))
+            .unwrap_or_else(|| ("-".into(), "-".into()));
+        let (rule, source) = row.cause;
+        assert!(
+            got.0.starts_with(rule) && got.1 == source,
+            "{}: cause {got:?}, want ({rule:?}, {source:?}); {d}",
+            row.name
+        );
+    }
+}
+
+const MANAGED_TEXT: &str = r#"{
+  "permissions": {
+    "deny": ["Bash(rm *)", "Edit(secrets/**)", "WebFetch(evil.test)", "mcp__shell__*"],
+    "ask": ["Bash(git push *)", "Read(docs/private/**)", "WebFetch(*.ask.test)"],
+    "allow": ["Read(.env.example)", "WebFetch(docs.rs)", "mcp__github__get_issue"]
+  }
+}"#;
+
+const USER_TEXT: &str = r#"{
+  "permissions": {
+    "allow": ["Bash(git status)", "Bash(cargo test *)", "Edit(src/**)", "Bash(echo *)"]
+  }
+}"#;
+
+#[test]
+fn every_step_of_the_decision_order() {
+    let w = world(MANAGED_TEXT, USER_TEXT, "");
+    let home = w.host.home.display().to_string();
+    let ssh_key: &'static str = Box::leak(format!("{home}/.ssh/id_ed25519").into_boxed_str());
+    let rows = vec![
+        // 1. Sensitive paths.
+        Row {
+            name: "ssh key",
+            request: read(ssh_key),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::SensitivePath,
+            cause: ("~/.ssh", "built-in"),
+        },
+        Row {
+            name: ".env",
+            request: read("config/.env"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::SensitivePath,
+            cause: (".env", "built-in"),
+        },
+        Row {
+            name: ".env.local write",
+            request: write_req(".env.local"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::SensitivePath,
+            cause: (".env.local", "built-in"),
+        },
+        Row {
+            name: "a rule naming the file opens it",
+            request: read(".env.example"),
+            ctx: sandbox(),
+            verdict: Verdict::Allow,
+            step: Step::ReadOnly,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "shadow",
+            request: read("/etc/shadow"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::SensitivePath,
+            cause: ("/etc/shadow", "built-in"),
+        },
+        Row {
+            name: "redirect into a secret",
+            request: bash("echo x > ~/.ssh/authorized_keys"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::SensitivePath,
+            cause: ("~/.ssh", "built-in"),
+        },
+        Row {
+            name: "redirect into .env",
+            request: bash("echo TOKEN=1 >> .env"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::SensitivePath,
+            cause: (".env", "built-in"),
+        },
+        // 2. Writes into .git.
+        Row {
+            name: "hook write",
+            request: write_req(".git/hooks/pre-commit"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::GitWrite,
+            cause: (".git/", "built-in"),
+        },
+        Row {
+            name: "git config edit via ..",
+            request: edit("src/../.git/config"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::GitWrite,
+            cause: (".git/", "built-in"),
+        },
+        Row {
+            name: "hook via redirect",
+            request: bash("echo evil > .git/hooks/pre-commit"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::GitWrite,
+            cause: (".git/", "built-in"),
+        },
+        Row {
+            name: "reading .git is fine",
+            request: read(".git/HEAD"),
+            ctx: sandbox(),
+            verdict: Verdict::Allow,
+            step: Step::ReadOnly,
+            cause: ("-", "-"),
+        },
+        // 3. Deny rules.
+        Row {
+            name: "deny rm",
+            request: bash("rm -rf target"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::DenyRule,
+            cause: ("bash(rm *)", "managed:3"),
+        },
+        Row {
+            name: "deny edit",
+            request: write_req("secrets/prod.toml"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::DenyRule,
+            cause: ("edit_file(secrets/**)", "managed:3"),
+        },
+        Row {
+            name: "deny redirect write",
+            request: bash("echo x > secrets/a"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::DenyRule,
+            cause: ("edit_file(secrets/**)", "managed:3"),
+        },
+        Row {
+            name: "deny host",
+            request: fetch("https://evil.test/x"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::DenyRule,
+            cause: ("web_fetch(evil.test)", "managed:3"),
+        },
+        Row {
+            name: "deny mcp server",
+            request: mcp("mcp__shell__run"),
+            ctx: sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::DenyRule,
+            cause: ("mcp__shell__*", "managed:3"),
+        },
+        Row {
+            name: "deny beats plan mode",
+            request: bash("rm x"),
+            ctx: plan(),
+            verdict: Verdict::Deny,
+            step: Step::DenyRule,
+            cause: ("bash(rm *)", "managed:3"),
+        },
+        // 5. Plan mode.
+        Row {
+            name: "plan: write",
+            request: write_req("src/lib.rs"),
+            ctx: plan(),
+            verdict: Verdict::Deny,
+            step: Step::PlanMode,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "plan: sandboxed command",
+            request: bash("cargo build"),
+            ctx: plan(),
+            verdict: Verdict::Allow,
+            step: Step::PlanMode,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "plan: no sandbox",
+            request: bash("git status"),
+            ctx: plan_no_sandbox(),
+            verdict: Verdict::Deny,
+            step: Step::PlanMode,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "plan: outside sandbox",
+            request: bash_outside("git status"),
+            ctx: plan(),
+            verdict: Verdict::Deny,
+            step: Step::PlanMode,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "plan: allowed URL",
+            request: fetch("https://docs.rs/serde"),
+            ctx: plan(),
+            verdict: Verdict::Allow,
+            step: Step::PlanMode,
+            cause: ("web_fetch(docs.rs)", "managed:5"),
+        },
+        Row {
+            name: "plan: other URL",
+            request: fetch("https://example.com/"),
+            ctx: plan(),
+            verdict: Verdict::Deny,
+            step: Step::PlanMode,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "plan: allowed MCP",
+            request: mcp("mcp__github__get_issue"),
+            ctx: plan(),
+            verdict: Verdict::Allow,
+            step: Step::PlanMode,
+            cause: ("mcp__github__get_issue", "managed:5"),
+        },
+        Row {
+            name: "plan: other MCP",
+            request: mcp("mcp__github__create_issue"),
+            ctx: plan(),
+            verdict: Verdict::Deny,
+            step: Step::PlanMode,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "plan: read",
+            request: read("src/lib.rs"),
+            ctx: plan(),
+            verdict: Verdict::Allow,
+            step: Step::ReadOnly,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "plan never asks: ask rule denies",
+            request: read("docs/private/plan.md"),
+            ctx: plan(),
+            verdict: Verdict::Deny,
+            step: Step::PlanMode,
+            cause: ("read_file(docs/private/**)", "managed:4"),
+        },
+        // 6. Ask rules.
+        Row {
+            name: "ask rule on a sandboxed command",
+            request: bash("git push origin main"),
+            ctx: sandbox(),
+            verdict: Verdict::Ask,
+            step: Step::AskRule,
+            cause: ("bash(git push *)", "managed:4"),
+        },
+        Row {
+            name: "ask rule on a read",
+            request: read("docs/private/plan.md"),
+            ctx: sandbox(),
+            verdict: Verdict::Ask,
+            step: Step::AskRule,
+            cause: ("read_file(docs/private/**)", "managed:4"),
+        },
+        Row {
+            name: "ask rule on a host",
+            request: fetch("https://x.ask.test/"),
+            ctx: sandbox(),
+            verdict: Verdict::Ask,
+            step: Step::AskRule,
+            cause: ("web_fetch(*.ask.test)", "managed:4"),
+        },
+        // 7. Read-only tools.
+        Row {
+            name: "read source",
+            request: read("src/main.rs"),
+            ctx: host_only(),
+            verdict: Verdict::Allow,
+            step: Step::ReadOnly,
+            cause: ("-", "-"),
+        },
+        // 8. Sandboxed commands.
+        Row {
+            name: "anything in the sandbox",
+            request: bash("curl x | sh"),
+            ctx: sandbox(),
+            verdict: Verdict::Allow,
+            step: Step::Sandboxed,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "unparsable in the sandbox",
+            request: bash("if then"),
+            ctx: sandbox(),
+            verdict: Verdict::Allow,
+            step: Step::Sandboxed,
+            cause: ("-", "-"),
+        },
+        // 9. Allow rules and session rules.
+        Row {
+            name: "allowed command on the host",
+            request: bash("git status"),
+            ctx: host_only(),
+            verdict: Verdict::Allow,
+            step: Step::AllowRule,
+            cause: ("bash(git status)", "user:3"),
+        },
+        Row {
+            name: "outside_sandbox with a rule",
+            request: bash_outside("cargo test --all"),
+            ctx: sandbox(),
+            verdict: Verdict::Allow,
+            step: Step::AllowRule,
+            cause: ("bash(cargo test *)", "user:3"),
+        },
+        Row {
+            name: "allowed edit",
+            request: edit("src/lib.rs"),
+            ctx: sandbox(),
+            verdict: Verdict::Allow,
+            step: Step::AllowRule,
+            cause: ("edit_file(src/**)", "user:3"),
+        },
+        Row {
+            name: "edit rule covers write",
+            request: write_req("src/new.rs"),
+            ctx: sandbox(),
+            verdict: Verdict::Allow,
+            step: Step::AllowRule,
+            cause: ("edit_file(src/**)", "user:3"),
+        },
+        Row {
+            name: "redirect covered by a write rule",
+            request: bash("echo hi > src/hi.txt"),
+            ctx: host_only(),
+            verdict: Verdict::Allow,
+            step: Step::AllowRule,
+            cause: ("bash(echo *)", "user:3"),
+        },
+        Row {
+            name: "allowed URL",
+            request: fetch("https://docs.rs/serde"),
+            ctx: sandbox(),
+            verdict: Verdict::Allow,
+            step: Step::AllowRule,
+            cause: ("web_fetch(docs.rs)", "managed:5"),
+        },
+        Row {
+            name: "allowed MCP",
+            request: mcp("mcp__github__get_issue"),
+            ctx: sandbox(),
+            verdict: Verdict::Allow,
+            step: Step::AllowRule,
+            cause: ("mcp__github__get_issue", "managed:5"),
+        },
+        Row {
+            name: "session rule",
+            request: bash("make lint"),
+            ctx: with_session(&["Bash(make *)"]),
+            verdict: Verdict::Allow,
+            step: Step::SessionRule,
+            cause: ("bash(make *)", "session"),
+        },
+        Row {
+            name: "session rule for a URL",
+            request: fetch("https://crates.io/"),
+            ctx: with_session(&["WebFetch(crates.io)"]),
+            verdict: Verdict::Allow,
+            step: Step::SessionRule,
+            cause: ("web_fetch(crates.io)", "session"),
+        },
+        Row {
+            name: "unusual URL with a rule asks",
+            request: fetch("https://user:pw@docs.rs/"),
+            ctx: sandbox(),
+            verdict: Verdict::Ask,
+            step: Step::NoRule,
+            cause: ("-", "-"),
+        },
+        // 10. Otherwise ask.
+        Row {
+            name: "write elsewhere",
+            request: write_req("README.md"),
+            ctx: sandbox(),
+            verdict: Verdict::Ask,
+            step: Step::NoRule,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "command on the host",
+            request: bash("make"),
+            ctx: host_only(),
+            verdict: Verdict::Ask,
+            step: Step::NoRule,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "redirect not covered",
+            request: bash("echo hi > README.md"),
+            ctx: host_only(),
+            verdict: Verdict::Ask,
+            step: Step::NoRule,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "unknown URL",
+            request: fetch("https://example.com/"),
+            ctx: sandbox(),
+            verdict: Verdict::Ask,
+            step: Step::NoRule,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "IP URL",
+            request: fetch("http://169.254.169.254/latest"),
+            ctx: sandbox(),
+            verdict: Verdict::Ask,
+            step: Step::NoRule,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "file URL",
+            request: fetch("file:///etc/passwd"),
+            ctx: sandbox(),
+            verdict: Verdict::Ask,
+            step: Step::NoRule,
+            cause: ("-", "-"),
+        },
+        Row {
+            name: "unknown MCP",
+            request: mcp("mcp__jira__search"),
+            ctx: sandbox(),
+            verdict: Verdict::Ask,
+            step: Step::NoRule,
+            cause: ("-", "-"),
+        },
+    ];
+    check(&w, rows);
+}
+
+#[test]
+fn strict_profile_and_required_sandbox() {
+    let strict = world(
+        r#"{"profile": "strict", "permissions": {"allow": ["Bash(git status)"]}}"#,
+        "",
+        "",
+    );
+    check(
+        &strict,
+        vec![
+            Row {
+                name: "outside_sandbox refused even with an allow rule",
+                request: bash_outside("git status"),
+                ctx: sandbox(),
+                verdict: Verdict::Deny,
+                step: Step::StrictOutsideSandbox,
+                cause: ("profile strict", "managed:1"),
+            },
+            Row {
+                name: "no sandbox: refused even with an allow rule",
+                request: bash("git status"),
+                ctx: host_only(),
+                verdict: Verdict::Deny,
+                step: Step::SandboxRequired,
+                cause: ("requireSandbox", "managed:1"),
+            },
+            Row {
+                name: "in the sandbox",
+                request: bash("git status"),
+                ctx: sandbox(),
+                verdict: Verdict::Allow,
+                step: Step::Sandboxed,
+                cause: ("-", "-"),
+            },
+        ],
+    );
+    let required = world("", r#"{"requireSandbox": true}"#, "");
+    check(
+        &required,
+        vec![
+            Row {
+                name: "required by the user file",
+                request: bash("ls"),
+                ctx: host_only(),
+                verdict: Verdict::Deny,
+                step: Step::SandboxRequired,
+                cause: ("requireSandbox", "user:1"),
+            },
+            // requireSandbox alone keeps outside_sandbox (asked), strict removes it.
+            Row {
+                name: "outside_sandbox asks",
+                request: bash_outside("ls"),
+                ctx: sandbox(),
+                verdict: Verdict::Ask,
+                step: Step::NoRule,
+                cause: ("-", "-"),
+            },
+        ],
+    );
+}
+
+#[test]
+fn compound_commands_against_allow_and_deny_rules() {
+    let w = world(
+        r#"{"permissions": {"deny": ["Bash(rm *)"], "allow": ["Bash(git status)", "Bash(xargs *)", "Bash(env *)", "Bash(command *)", "Bash(sudo *)", "Bash(ls *)"]}}"#,
+        "",
+        "",
+    );
+    let ctx = host_only();
+    let verdict = |line: &str| w.decide(bash(line), &ctx).verdict;
+    assert_eq!(verdict("git status"), Verdict::Allow);
+    for line in [
+        "git status && curl x | sh",
+        "git status; curl x",
+        "git status || curl x",
+        "$(curl x)",
+        "git status $(curl x)",
+        "git status `curl x`",
+        "(git status; curl x)",
+        "bash -c 'rm -rf /'",
+        "sh -c 'curl x'",
+        "FOO=1 git status",
+        "LD_PRELOAD=/tmp/x.so git status",
+        "git status > out.txt",
+        "if then",
+        "git status 'unterminated",
+        "ls | sh",
+        "eval git status",
+    ] {
+        let v = verdict(line);
+        assert_ne!(
+            v,
+            Verdict::Allow,
+            "{line:?} must not be allowed by Bash(git status)"
+        );
+    }
+    for line in [
+        "rm -rf /",
+        "xargs rm",
+        "find . | xargs rm -f",
+        "env rm x",
+        "command rm x",
+        "sudo rm -rf /",
+        "bash -c 'rm -rf /'",
+        "git status && rm x",
+        "echo $(rm x)",
+        "ls `rm x`",
+    ] {
+        let d = w.decide(bash(line), &ctx);
+        assert_eq!(
+            (d.verdict, d.step),
+            (Verdict::Deny, Step::DenyRule),
+            "{line:?}: {d}"
+        );
+        // In the sandbox a deny rule still wins.
+        assert_eq!(
+            w.decide(bash(line), &sandbox()).verdict,
+            Verdict::Deny,
+            "{line:?}"
+        );
+    }
+    // An unparsable line is asked, never allowed, even with a rule covering every command.
+    let everything = world(r#"{"permissions": {"allow": ["Bash"]}}"#, "", "");
+    for line in ["if then", "echo 'open", "((("] {
+        let d = everything.decide(bash(line), &ctx);
+        assert_eq!(
+            (d.verdict, d.step),
+            (Verdict::Ask, Step::NoRule),
+            "{line:?}: {d}"
+        );
+        assert!(d.reason.contains("cannot be parsed"), "{d}");
+    }
+}
+
+#[test]
+fn links_are_judged_where_they_lead() {
+    let w = world("", USER_TEXT, "");
+    // src/** is allowed, but a link inside src that points into .git is a write into .git.
+    std::os::unix::fs::symlink(w.root.join(".git/hooks"), w.root.join("src/hooks")).unwrap();
+    let d = w.decide(write_req("src/hooks/pre-commit"), &sandbox());
+    assert_eq!((d.verdict, d.step), (Verdict::Deny, Step::GitWrite), "{d}");
+    // And a link to a secret is a secret.
+    std::fs::create_dir_all(w.host.home.join(".ssh")).unwrap();
+    std::os::unix::fs::symlink(w.host.home.join(".ssh"), w.root.join("src/keys")).unwrap();
+    let d = w.decide(read("src/keys/id_rsa"), &sandbox());
+    assert_eq!(
+        (d.verdict, d.step),
+        (Verdict::Deny, Step::SensitivePath),
+        "{d}"
+    );
+    // Negative control: the same paths without links are ordinary.
+    assert_eq!(
+        w.decide(write_req("src/other/pre-commit"), &sandbox())
+            .verdict,
+        Verdict::Allow
+    );
+    assert_eq!(
+        w.decide(read("src/other/id_rsa"), &sandbox()).verdict,
+        Verdict::Allow
+    );
+}
+
+#[test]
+fn unreadable_setting_is_sensitive_with_its_source() {
+    let w = world("", "", "{\n\"sandbox\": {\"unreadable\": [\"certs\"]}}");
+    let d = w.decide(read("certs/server.key"), &sandbox());
+    assert_eq!(
+        (d.verdict, d.step),
+        (Verdict::Deny, Step::SensitivePath),
+        "{d}"
+    );
+    assert_eq!(source_label(&d.causes[0].source), "project:2");
+
+    // A path the managed file hides opens only for a managed rule, never for a user's.
+    let w = world(
+        r#"{"sandbox": {"unreadable": ["/opt/keys"]}}"#,
+        r#"{"permissions": {"allow": ["Read(//opt/keys/**)"]}}"#,
+        "",
+    );
+    let d = w.decide(read("/opt/keys/a.pem"), &sandbox());
+    assert_eq!(
+        (d.verdict, d.step),
+        (Verdict::Deny, Step::SensitivePath),
+        "{d}"
+    );
+    // Negative control: the same rule in the managed file opens it.
+    let w = world(
+        r#"{"sandbox": {"unreadable": ["/opt/keys"]}, "permissions": {"allow": ["Read(//opt/keys/**)"]}}"#,
+        "",
+        "",
+    );
+    assert_eq!(
+        w.decide(read("/opt/keys/a.pem"), &sandbox()).verdict,
+        Verdict::Allow
+    );
+}
+
+#[test]
+fn request_from_tool_names_and_aliases() {
+    assert_eq!(Request::from_tool("Read", "a", false), Some(read("a")));
+    assert_eq!(
+        Request::from_tool("write_file", "a", false),
+        Some(write_req("a"))
+    );
+    assert_eq!(
+        Request::from_tool("Bash", "ls", true),
+        Some(bash_outside("ls"))
+    );
+    assert_eq!(
+        Request::from_tool("mcp__gh__x", "", false),
+        Some(mcp("mcp__gh__x"))
+    );
+    assert_eq!(Request::from_tool("Teleport", "x", false), None);
+    let _ = write; // the helper is used by other tests in this crate
+}
+
+#[test]
+fn a_secret_is_found_through_another_spelling_of_home() {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let real = std::fs::canonicalize(tmp.path()).unwrap();
+    std::fs::create_dir_all(real.join("real-home/.ssh")).unwrap();
+    std::os::unix::fs::symlink(real.join("real-home"), real.join("home-link")).unwrap();
+    let host = HostEnv::from_vars(vec![("HOME".into(), real.join("home-link").into())]).unwrap();
+    let root = real.join("project");
+    std::fs::create_dir_all(&root).unwrap();
+    let settings = EffectiveSettings::default();
+    let engine = Engine::new(&settings, &host, &root);
+    for spelling in ["home-link/.ssh/id_rsa", "real-home/.ssh/id_rsa"] {
+        let d = engine.decide(&read(real.join(spelling).to_str().unwrap()), &sandbox());
+        assert_eq!(
+            (d.verdict, d.step),
+            (Verdict::Deny, Step::SensitivePath),
+            "{spelling}: {d}"
+        );
+    }
+}

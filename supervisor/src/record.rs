@@ -1,0 +1,114 @@
+//! What `garuda sandbox` writes to the audit log: every run is a session.
+//!
+//! A run records, in this order: the session's start (the policy sources with the SHA-256 of
+//! each file as read, the profile, the executor asked for), each refusal that stops the run,
+//! the command's *intent* (argv, working folder, executor, staged or direct, the hosts it may
+//! reach) written durably (`fdatasync`) **before** the command starts, the command's result
+//! (exit status, duration, blocked hosts, what happened to a staged change), and the end.
+//!
+//! Fail closed: when the log cannot be opened or the intent cannot be written, the command
+//! does not run (exit 125). A result or end that cannot be written is reported and the run
+//! exits 125 too, so a script never mistakes an unrecorded run for a recorded one. Secrets in
+//! argv and messages are redacted by the audit crate before anything is written.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use garuda_audit::{AuditConfig, SessionWriter, WitnessConfig};
+use garuda_policy::{EffectiveSettings, HostEnv};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// The audit session of one `garuda sandbox` run.
+pub struct Recorder {
+    writer: SessionWriter,
+    intent_written: bool,
+}
+
+impl Recorder {
+    /// Opens the session for `project` under `host`'s Garuda home, with the witness of the
+    /// policy (if any), and writes its start.
+    pub fn open(host: &HostEnv, project: &Path, settings: &EffectiveSettings) -> Result<Recorder> {
+        let mut cfg = AuditConfig::new(&host.garuda_home, project);
+        cfg.witness = settings
+            .audit_witness
+            .as_ref()
+            .map(|(argv, _)| WitnessConfig::Command(argv.clone()));
+        let sources: Vec<Value> = settings
+            .sources
+            .iter()
+            .map(|origin| {
+                json!({
+                    "source": origin.kind.to_string(),
+                    "path": origin.path.display().to_string(),
+                    "sha256": file_sha256(&origin.path),
+                })
+            })
+            .collect();
+        let start = json!({
+            "tool": "garuda sandbox",
+            "project": project.display().to_string(),
+            "policy_sources": sources,
+            "profile": settings.profile.to_string(),
+            "require_sandbox": settings.require_sandbox,
+            "executor_setting": settings.executor.to_string(),
+        });
+        let writer = SessionWriter::open(&cfg, start).with_context(|| {
+            format!(
+                "cannot open the audit log under {} (no command runs unrecorded)",
+                cfg.audit_root.display()
+            )
+        })?;
+        Ok(Recorder {
+            writer,
+            intent_written: false,
+        })
+    }
+
+    /// The session id (the log file's name).
+    pub fn session_id(&self) -> &str {
+        self.writer.session_id()
+    }
+
+    /// Records the command before it starts, durably.
+    pub fn intent(&mut self, event: Value) -> Result<()> {
+        self.writer
+            .append_durable("command_intent", event)
+            .context("cannot record the command's intent in the audit log: it does not run")?;
+        self.intent_written = true;
+        Ok(())
+    }
+
+    /// Whether the intent was written (a failure after it happened while running).
+    pub fn intent_written(&self) -> bool {
+        self.intent_written
+    }
+
+    /// Records an event (a result, a refusal).
+    pub fn event(&mut self, kind: &str, event: Value) -> Result<()> {
+        self.writer
+            .append(kind, event)
+            .with_context(|| format!("cannot record {kind} in the audit log"))?;
+        Ok(())
+    }
+
+    /// Ends the session.
+    pub fn close(self, end: Value) -> Result<()> {
+        self.writer
+            .close(end)
+            .context("cannot close the audit session")?;
+        Ok(())
+    }
+}
+
+/// SHA-256 of a policy file as it is now, or `null` when it cannot be read again (it was read
+/// a moment ago to build the policy; the hash says which version that was, for a reviewer).
+fn file_sha256(path: &Path) -> Value {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let digest = Sha256::digest(&bytes);
+            Value::String(digest.iter().map(|b| format!("{b:02x}")).collect())
+        }
+        Err(_) => Value::Null,
+    }
+}

@@ -1,0 +1,286 @@
+//! End-to-end tests of the audit log as `garuda sandbox` writes it and `garuda audit` reads it.
+//! The tamper suite of the log format itself is in `audit/tests/tamper.rs`; these tests show
+//! the supervisor's side: every run is recorded, the intent is on disk before the command
+//! starts, secrets are redacted, a log that cannot be written stops the command, and
+//! `garuda audit verify` / `show` / `witness-serve` work from the command line.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
+
+mod common;
+use common::{base_dir, garuda, text};
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct World {
+    _base: tempfile::TempDir,
+    home: PathBuf,
+    project: PathBuf,
+}
+
+fn world() -> World {
+    let base = base_dir("garuda-audit-cli-tests");
+    let home = base.path().join("home");
+    let project = base.path().join("project");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(project.join(".git")).unwrap();
+    World {
+        home,
+        project,
+        _base: base,
+    }
+}
+
+impl World {
+    fn garuda(&self, args: &[&str]) -> Output {
+        Command::new(garuda())
+            .args(args)
+            .current_dir(&self.project)
+            .env("HOME", &self.home)
+            .env_remove("GARUDA_HOME")
+            .output()
+            .unwrap()
+    }
+    fn audit_dir(&self) -> PathBuf {
+        let root = self.home.join(".garuda/audit");
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(dirs.len(), 1, "{dirs:?}");
+        dirs.pop().unwrap()
+    }
+    /// The session logs, oldest first: in the order the index lists them (names start with
+    /// the time in seconds only, so two runs in one second do not sort by name).
+    fn logs(&self) -> Vec<PathBuf> {
+        let dir = self.audit_dir();
+        let mut logs: Vec<PathBuf> = Vec::new();
+        for line in std::fs::read_to_string(dir.join("index.jsonl"))
+            .unwrap()
+            .lines()
+        {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let id = v["event"]["session"].as_str().unwrap();
+            let path = dir.join(format!("{id}.jsonl"));
+            if path.exists() && !logs.contains(&path) {
+                logs.push(path);
+            }
+        }
+        logs
+    }
+    fn verify(&self) -> (i32, String) {
+        let out = self.garuda(&["audit", "verify"]);
+        (
+            out.status.code().unwrap(),
+            text(&out.stdout) + &text(&out.stderr),
+        )
+    }
+}
+
+fn lines_of(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn every_run_is_a_verified_session_with_intent_before_result() {
+    let w = world();
+    let out = w.garuda(&["sandbox", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let out = w.garuda(&["sandbox", "--", "true"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let logs = w.logs();
+    assert_eq!(logs.len(), 2);
+    let kinds: Vec<String> = lines_of(&logs[0])
+        .iter()
+        .map(|l| l["type"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "session_start",
+            "command_intent",
+            "command_result",
+            "session_end",
+            "seal"
+        ]
+    );
+    let first = lines_of(&logs[0]);
+    assert_eq!(
+        first[1]["event"]["argv"],
+        serde_json::json!(["sh", "-c", "exit 3"])
+    );
+    assert_eq!(first[2]["event"]["exit_code"], 3);
+    // The second session is linked to the first: its first line carries the first's head.
+    let second = lines_of(&logs[1]);
+    assert!(
+        second[0]["event"]["prev_session"].is_object(),
+        "{}",
+        second[0]
+    );
+
+    let (code, report) = w.verify();
+    assert_eq!(code, 0, "{report}");
+    assert!(report.contains("VERIFIED"), "{report}");
+    let out = w.garuda(&["audit", "verify", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v.is_object(), "{v}");
+    let out = w.garuda(&["audit", "show"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("command_intent"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn the_intent_is_on_disk_before_the_command_starts() {
+    let w = world();
+    // The host executor can read the log (the negative control of the sandbox below): the
+    // command finds its own intent already written, and no result yet.
+    let script = "cat \"$HOME\"/.garuda/audit/*/*.jsonl | grep -c '\"type\":\"command_intent\"'; \
+                  cat \"$HOME\"/.garuda/audit/*/*.jsonl | grep -c '\"type\":\"command_result\"'; true";
+    let out = w.garuda(&["sandbox", "--executor", "host", "--", "sh", "-c", script]);
+    assert_eq!(
+        text(&out.stdout).split_whitespace().collect::<Vec<_>>(),
+        ["1", "0"],
+        "{}",
+        text(&out.stderr)
+    );
+    // Inside a sandbox the log (and the key) cannot be read at all.
+    for executor in ["landlock", "bubblewrap"] {
+        let out = w.garuda(&[
+            "sandbox",
+            "--executor",
+            executor,
+            "--",
+            "sh",
+            "-c",
+            "cat \"$HOME\"/.garuda/keys/install.key; ls \"$HOME\"/.garuda/audit",
+        ]);
+        let err = text(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{executor}: {err}");
+        assert!(err.contains("Permission denied"), "{executor}: {err}");
+    }
+}
+
+#[test]
+fn secrets_in_commands_are_redacted() {
+    let w = world();
+    let token = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+    let out = w.garuda(&[
+        "sandbox",
+        "--",
+        "echo",
+        &format!("Authorization: Bearer {token}"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let raw = std::fs::read_to_string(&w.logs()[0]).unwrap();
+    assert!(!raw.contains(token), "{raw}");
+    assert!(raw.contains("[REDACTED"), "{raw}");
+    // Negative control: the command itself saw the token.
+    assert!(text(&out.stdout).contains(token));
+}
+
+#[test]
+fn a_flipped_byte_is_found_with_its_line() {
+    let w = world();
+    assert!(w.garuda(&["sandbox", "--", "true"]).status.success());
+    let log = w.logs().pop().unwrap();
+    let mut bytes = std::fs::read(&log).unwrap();
+    let at = bytes.windows(6).position(|win| win == b"\"argv\"").unwrap();
+    bytes[at + 9] ^= 0x01;
+    std::fs::write(&log, &bytes).unwrap();
+    let (code, report) = w.verify();
+    assert_eq!(code, 1, "{report}");
+    assert!(report.contains("BAD_MAC"), "{report}");
+    assert!(report.contains(".jsonl:2"), "{report}");
+}
+
+#[test]
+fn a_log_that_cannot_be_written_stops_the_command() {
+    let w = world();
+    // Garuda's audit folder is a file: no session can be opened.
+    std::fs::create_dir_all(w.home.join(".garuda")).unwrap();
+    std::fs::write(w.home.join(".garuda/audit"), "not a folder").unwrap();
+    let marker = w.project.join("ran");
+    let out = w.garuda(&["sandbox", "--", "touch", marker.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("cannot open the audit log"), "{err}");
+    assert!(!marker.exists(), "the command ran without a record");
+    // Negative control: with a working log the same command runs.
+    std::fs::remove_file(w.home.join(".garuda/audit")).unwrap();
+    let out = w.garuda(&["sandbox", "--", "touch", marker.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(marker.exists());
+}
+
+#[test]
+fn refusals_are_recorded() {
+    let w = world();
+    let out = w.garuda(&["sandbox", "--strict", "--executor", "host", "--", "true"]);
+    // This one is refused while the policy loads, before a session can say which policy it
+    // runs under: no session.
+    assert_eq!(out.status.code(), Some(125));
+    assert!(!w.home.join(".garuda/audit").exists());
+    // A refusal after the policy loaded (staged mode on the host executor) is recorded.
+    let out = w.garuda(&["sandbox", "--staged", "--executor", "host", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    let lines = lines_of(&w.logs()[0]);
+    let kinds: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["session_start", "refusal", "session_end", "seal"]);
+    assert!(lines[1]["event"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("staged mode"));
+    assert_eq!(w.verify().0, 0);
+}
+
+#[test]
+fn a_witness_sees_the_newest_session_cut() {
+    let w = world();
+    let witness = w.home.join("witness");
+    let policy = serde_json::json!({
+        "audit": { "witness": [garuda().to_str().unwrap(), "audit", "witness-serve", witness.to_str().unwrap()] }
+    });
+    std::fs::create_dir_all(w.home.join(".garuda")).unwrap();
+    std::fs::write(w.home.join(".garuda/policy.json"), policy.to_string()).unwrap();
+    for _ in 0..2 {
+        let out = w.garuda(&["sandbox", "--", "true"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    assert_eq!(w.verify().0, 0, "{}", w.verify().1);
+    // Later (past the ctime slack verify allows for the writer's own last write), delete the
+    // newest session, its checkpoint and its index entries: the local evidence of it is gone,
+    // the witness still has it.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let newest = w.logs().pop().unwrap();
+    std::fs::remove_file(newest.with_extension("ckpt")).unwrap();
+    std::fs::remove_file(&newest).unwrap();
+    let index = w.audit_dir().join("index.jsonl");
+    let id = newest.file_stem().unwrap().to_str().unwrap().to_string();
+    // Its entries are the index's last lines: cut them from the end.
+    let text = std::fs::read_to_string(&index).unwrap();
+    let all: Vec<&str> = text.lines().collect();
+    let first_of_newest = all.iter().position(|l| l.contains(&id)).unwrap();
+    assert!(all[first_of_newest..].iter().all(|l| l.contains(&id)));
+    let kept: String = all[..first_of_newest]
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&index, kept).unwrap();
+    let (code, report) = w.verify();
+    assert_eq!(code, 1, "{report}");
+    assert!(report.contains("WITNESS_AHEAD"), "{report}");
+
+    // Negative control: without the witness the same cut cannot be decided locally (only the
+    // folder's change time hints at it) — "cannot tell", never "verified".
+    std::fs::write(w.home.join(".garuda/policy.json"), "{}").unwrap();
+    let (code, report) = w.verify();
+    assert_eq!(code, 2, "{report}");
+}
