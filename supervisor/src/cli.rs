@@ -923,21 +923,22 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
     }))?;
     if !staged {
         let guard = GitGuard::snapshot(&policy);
-        let outcome = selection.executor.run(&spec, &policy, mode);
+        let (outcome, interrupted) =
+            run_forwarding_signals(&*selection.executor, &spec, &policy, mode);
         // Every process of the command is gone: nothing can race the guard.
         let violations: Vec<String> = guard.restore().iter().map(|v| v.to_string()).collect();
         for v in &violations {
             eprintln!("garuda: git guard: {v}");
         }
         let outcome = outcome.map_err(|e| anyhow!(e))?;
-        let code = finish(&outcome, capture);
+        let code = finish(&outcome, capture, interrupted);
         let blocked = network
             .take()
             .map(NetworkSession::finish)
             .unwrap_or_default();
         recorder.event(
             "command_result",
-            result_event(&outcome, &blocked, None, &violations),
+            result_event(&outcome, &blocked, None, &violations, interrupted),
         )?;
         return Ok(code);
     }
@@ -972,15 +973,15 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
     if let Err(e) = session.close() {
         eprintln!("garuda: could not remove the staging folder: {e}");
     }
-    let (outcome, staged_result) = result?;
-    let code = finish(&outcome, capture);
+    let (outcome, staged_result, interrupted) = result?;
+    let code = finish(&outcome, capture, interrupted);
     let blocked = network
         .take()
         .map(NetworkSession::finish)
         .unwrap_or_default();
     recorder.event(
         "command_result",
-        result_event(&outcome, &blocked, Some(staged_result), &[]),
+        result_event(&outcome, &blocked, Some(staged_result), &[], interrupted),
     )?;
     Ok(code)
 }
@@ -991,6 +992,7 @@ fn result_event(
     blocked: &[String],
     staged: Option<&str>,
     git_guard: &[String],
+    interrupted: Option<i32>,
 ) -> serde_json::Value {
     let (status, detail) = match outcome.status {
         executor::ExitStatus::Code(c) => ("exited", Some(c)),
@@ -1005,11 +1007,30 @@ fn result_event(
         "blocked": blocked,
         "staged": staged,
         "git_guard": git_guard,
+        "interrupted_by_signal": interrupted,
     })
 }
 
-/// Print captured output and the timeout note; the exit code to return.
-fn finish(outcome: &executor::Outcome, capture: bool) -> i32 {
+/// Runs the command with SIGINT, SIGTERM and SIGHUP forwarded: a signal to `garuda` kills the
+/// command's whole sandbox and is returned, so the run still reports, records and cleans up.
+fn run_forwarding_signals(
+    executor: &dyn executor::Executor,
+    spec: &CommandSpec,
+    policy: &garuda_policy::ExecPolicy,
+    mode: StdioMode,
+) -> (Result<executor::Outcome, executor::ExecError>, Option<i32>) {
+    let forwarding = crate::sys::SignalForwarding::install();
+    if let Err(e) = &forwarding {
+        // Not a confinement: without it a signal simply ends garuda the old way.
+        eprintln!("garuda: cannot catch signals ({e}); a signal will end garuda without cleanup");
+    }
+    let outcome = executor.run(spec, policy, mode);
+    let received = forwarding.as_ref().ok().and_then(|f| f.received());
+    (outcome, received)
+}
+
+/// Print captured output and the timeout or signal note; the exit code to return.
+fn finish(outcome: &executor::Outcome, capture: bool, interrupted: Option<i32>) -> i32 {
     if capture {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(&outcome.stdout.bytes);
@@ -1019,6 +1040,10 @@ fn finish(outcome: &executor::Outcome, capture: bool) -> i32 {
     }
     if outcome.status == executor::ExitStatus::TimedOut {
         eprintln!("garuda: the command was killed after the timeout");
+    }
+    if let Some(signal) = interrupted {
+        eprintln!("garuda: signal {signal} received: the command and its sandbox were killed");
+        return 128 + signal;
     }
     outcome.status.code()
 }
@@ -1031,14 +1056,21 @@ fn run_staged(
     mut policy: garuda_policy::ExecPolicy,
     mode: StdioMode,
     decision: Option<Decision>,
-) -> Result<(executor::Outcome, &'static str)> {
+) -> Result<(executor::Outcome, &'static str, Option<i32>)> {
     let mark = session.prepare()?;
     policy.staged = Some(session.view());
-    let outcome = executor.run(spec, &policy, mode).map_err(|e| anyhow!(e))?;
+    let (outcome, interrupted) = run_forwarding_signals(executor, spec, &policy, mode);
+    let outcome = outcome.map_err(|e| anyhow!(e))?;
     let set = session.changes(&mark)?;
     if set.is_empty() {
         eprintln!("garuda: the command changed nothing that could be applied");
-        return Ok((outcome, "no change"));
+        return Ok((outcome, "no change", interrupted));
+    }
+    if interrupted.is_some() {
+        // Never apply the half-made change of an interrupted command.
+        session.discard(&set)?;
+        eprintln!("garuda: the command was interrupted: its change was discarded and the project did not change");
+        return Ok((outcome, "discarded (interrupted)", interrupted));
     }
     eprintln!("{}", garuda_staging::render(&set, session));
     let decision = match decision {
@@ -1074,7 +1106,7 @@ fn run_staged(
             "discarded"
         }
     };
-    Ok((outcome, what))
+    Ok((outcome, what, interrupted))
 }
 
 /// Ask on the terminal. Without one, discard and say so: an unattended run never applies a

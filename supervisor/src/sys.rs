@@ -94,6 +94,87 @@ pub fn kill(pid: libc::pid_t, signal: libc::c_int) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid, signal) } as libc::c_long).map(drop)
 }
 
+// ---------------------------------------------------------------------------------------------
+// Forwarding SIGINT, SIGTERM and SIGHUP to the running command.
+
+/// The signals `garuda sandbox` turns into "kill the command, then finish normally".
+const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// The process (or, negative, process group) the handler kills; 0 while no command runs.
+static FORWARD_TARGET: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// The first forwarded signal received, 0 for none.
+static FORWARD_RECEIVED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The handler: only atomics and `kill`, all async-signal-safe.
+extern "C" fn on_forwarded_signal(signal: libc::c_int) {
+    use std::sync::atomic::Ordering;
+    let _ = FORWARD_RECEIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+    let target = FORWARD_TARGET.load(Ordering::SeqCst);
+    if target != 0 {
+        // SAFETY: kill is async-signal-safe and takes no pointers.
+        unsafe { libc::kill(target, libc::SIGKILL) };
+    }
+}
+
+/// While alive, SIGINT, SIGTERM and SIGHUP do not end the supervisor: they kill the command
+/// registered with [`forward_signals_to`] (its whole sandbox goes with it) and are remembered,
+/// so the supervisor reports, records and cleans up before it exits. Dropping it restores the
+/// default actions.
+pub struct SignalForwarding {
+    _private: (),
+}
+
+impl SignalForwarding {
+    /// Installs the handlers.
+    pub fn install() -> io::Result<SignalForwarding> {
+        for signal in FORWARDED {
+            let handler: extern "C" fn(libc::c_int) = on_forwarded_signal;
+            set_action(signal, handler as *const () as libc::sighandler_t)?;
+        }
+        Ok(SignalForwarding { _private: () })
+    }
+
+    /// The signal received since [`SignalForwarding::install`], if any.
+    pub fn received(&self) -> Option<libc::c_int> {
+        match FORWARD_RECEIVED.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => None,
+            signal => Some(signal),
+        }
+    }
+}
+
+impl Drop for SignalForwarding {
+    fn drop(&mut self) {
+        FORWARD_TARGET.store(0, std::sync::atomic::Ordering::SeqCst);
+        for signal in FORWARDED {
+            let _ = set_action(signal, libc::SIG_DFL);
+        }
+    }
+}
+
+/// Registers the command the handler kills (`0` to clear). A negative value names a process
+/// group. If a signal already arrived, the command is killed at once.
+pub fn forward_signals_to(target: libc::pid_t) {
+    use std::sync::atomic::Ordering;
+    FORWARD_TARGET.store(target, Ordering::SeqCst);
+    if target != 0 && FORWARD_RECEIVED.load(Ordering::SeqCst) != 0 {
+        let _ = kill(target, libc::SIGKILL);
+    }
+}
+
+fn set_action(signal: libc::c_int, handler: libc::sighandler_t) -> io::Result<()> {
+    // SAFETY: sigaction is plain data; all-zero is a valid value that we then fill.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = handler;
+    // SA_RESTART: reads and waits elsewhere in the supervisor resume instead of failing with
+    // EINTR; the command's death ends the wait that matters.
+    action.sa_flags = libc::SA_RESTART;
+    // SAFETY: `action.sa_mask` is a valid sigset_t to initialise.
+    unsafe { libc::sigemptyset(&mut action.sa_mask) };
+    // SAFETY: `action` is a fully initialised sigaction; the old action is not wanted (null).
+    cvt(unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } as libc::c_long).map(drop)
+}
+
 /// Raw wait status of a reaped child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RawExit {

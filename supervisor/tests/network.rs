@@ -944,62 +944,99 @@ fn the_user_policy_list_starts_the_proxy_and_a_project_cannot_add_hosts() {
 // ---------------------------------------------------------------------------------------------
 // A signal to garuda
 
-/// Reproduces a known gap (docs/threat-model.md, N18): a signal that kills `garuda sandbox`
-/// (Ctrl-C, `kill`) skips its cleanup, so the refused hosts are not reported and
-/// `$TMPDIR/garuda-proxy-PID-*/proxy.sock` stays behind until the next `--allow-host` run
-/// removes it (the command itself dies with garuda). Run with `--ignored`; it fails until
-/// `garuda sandbox` forwards signals to the command and finishes normally.
+/// A signal to `garuda sandbox` (Ctrl-C, `kill`) kills the command's whole sandbox and then
+/// lets the run finish: the refused hosts are reported, the proxy's socket folder is removed,
+/// the audit session is closed (verify says verified) and the exit status is 128 + signal.
 #[test]
-#[ignore = "known gap N18: a signal to garuda skips the blocked report and the cleanup"]
 fn a_signal_to_garuda_still_reports_and_cleans_up() {
-    let w = world();
-    let out = w.project.join("out");
-    std::fs::create_dir_all(&out).unwrap();
-    let child = Command::new(garuda())
-        .args(["sandbox", "--executor", "landlock", "--project"])
-        .arg(&w.project)
-        .args(["--allow-host", "127.0.0.1:1", "--", BASH, "-c"])
-        .arg(format!(
-            "{CURL} -sS --noproxy '' -o /dev/null http://evil.test/; echo $? >out/r.x; exec sleep 30"
-        ))
-        .current_dir(&w.project)
-        .env("HOME", &w.home)
-        .env_remove("GARUDA_HOME")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    while !out.join("r.x").exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "curl did not run"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    for executor in ["landlock", "bubblewrap", "host"] {
+        for (signal, number) in [("TERM", 15), ("INT", 2)] {
+            let w = world();
+            let out = w.project.join("out");
+            std::fs::create_dir_all(&out).unwrap();
+            let marker = format!(
+                "garuda-signal-test-{}-{executor}-{number}",
+                std::process::id()
+            );
+            let child = Command::new(garuda())
+                .args(["sandbox", "--executor", executor, "--project"])
+                .arg(&w.project)
+                .args(["--allow-host", "127.0.0.1:1", "--", BASH, "-c"])
+                .arg(format!(
+                    "{CURL} -sS --noproxy '' -x http://127.0.0.1:\"${{HTTP_PROXY##*:}}\" -o /dev/null http://evil.test/; \
+                     echo $? >out/r.x; exec -a {marker} sleep 30"
+                ))
+                .current_dir(&w.project)
+                .env("HOME", &w.home)
+                .env_remove("GARUDA_HOME")
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let start = std::time::Instant::now();
+            while !out.join("r.x").exists() || !process_named(&marker) {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "{executor}: the command did not start"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let pid = child.id();
+            let status = Command::new("kill")
+                .args([format!("-{signal}"), pid.to_string()])
+                .status()
+                .unwrap();
+            assert!(status.success());
+            let output = child.wait_with_output().unwrap();
+            let err = text(&output.stderr);
+            let what = format!("{executor} SIG{signal}");
+            assert_eq!(output.status.code(), Some(128 + number), "{what}: {err}");
+            assert!(
+                err.contains("garuda: blocked: evil.test (not in allowlist)"),
+                "{what}: {err}"
+            );
+            assert!(
+                err.contains(&format!("signal {number} received")),
+                "{what}: {err}"
+            );
+            assert!(!process_named(&marker), "{what}: the command survived");
+            let prefix = format!("garuda-proxy-{pid}-");
+            let left: Vec<PathBuf> = std::fs::read_dir(std::env::temp_dir())
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+                .collect();
+            for dir in &left {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            assert!(left.is_empty(), "{what}: left behind: {left:?}");
+            let verify = Command::new(garuda())
+                .args(["audit", "verify", "--project"])
+                .arg(&w.project)
+                .env("HOME", &w.home)
+                .env_remove("GARUDA_HOME")
+                .output()
+                .unwrap();
+            assert_eq!(
+                verify.status.code(),
+                Some(0),
+                "{what}: {}",
+                text(&verify.stdout)
+            );
+        }
     }
-    let pid = child.id();
-    let status = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let output = child.wait_with_output().unwrap();
-    let prefix = format!("garuda-proxy-{pid}-");
-    let left: Vec<PathBuf> = std::fs::read_dir(std::env::temp_dir())
+}
+
+/// Whether a process whose argv[0] is `name` exists (any user's, as far as /proc shows).
+fn process_named(name: &str) -> bool {
+    std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .map(|e| e.path())
-        .collect();
-    for dir in &left {
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-    let err = text(&output.stderr);
-    assert!(
-        err.contains("garuda: blocked: evil.test (not in allowlist)"),
-        "status {:?}, stderr: {err:?}",
-        output.status
-    );
-    assert!(left.is_empty(), "left behind: {left:?}");
+        .any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| c.split(|b| *b == 0).next() == Some(name.as_bytes()))
+                .unwrap_or(false)
+        })
 }
 
 // ---------------------------------------------------------------------------------------------
