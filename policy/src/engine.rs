@@ -749,28 +749,45 @@ impl<'a> Engine<'a> {
     }
 
     fn decide_fetch(&self, url: &str, ctx: &Context) -> Decision {
-        let parsed = match FetchTarget::parse(url) {
-            Ok(t) => t,
-            Err(why) => {
-                return Decision::new(
-                    if ctx.plan_mode {
-                        Verdict::Deny
-                    } else {
-                        Verdict::Ask
-                    },
-                    if ctx.plan_mode {
-                        Step::PlanMode
-                    } else {
-                        Step::NoRule
-                    },
-                    vec![],
-                    format!("unusual URL {url:?}: {why}"),
-                )
-            }
-        };
+        match FetchTarget::parse(url) {
+            Ok(target) => self.decide_named(
+                &target.host,
+                |rule| rule.matches_host(&target.host, target.port),
+                target.unusual.clone(),
+                ctx,
+            ),
+            Err(why) if ctx.plan_mode => Decision::new(
+                Verdict::Deny,
+                Step::PlanMode,
+                vec![],
+                format!("plan mode: unusual URL {url:?}: {why}"),
+            ),
+            Err(why) => Decision::new(
+                Verdict::Ask,
+                Step::NoRule,
+                vec![],
+                format!("unusual URL {url:?}: {why}"),
+            ),
+        }
+    }
+
+    fn decide_mcp(&self, name: &str, ctx: &Context) -> Decision {
+        self.decide_named(name, |rule| rule.matches_mcp(name), None, ctx)
+    }
+
+    /// Steps 3, 5, 6, 9 and 10 for a request named by one thing a rule matches (a host, an MCP
+    /// tool): deny rule; in plan mode only a naming allow rule; ask rule; allow or session
+    /// rule unless the request is `unusual` (then asked); otherwise ask.
+    fn decide_named(
+        &self,
+        what: &str,
+        matches: impl Fn(&Rule) -> bool,
+        unusual: Option<String>,
+        ctx: &Context,
+    ) -> Decision {
         let matching = |list: RuleList| {
             self.rules(list)
-                .find(|(rule, _)| rule.matches_host(&parsed.host, parsed.port))
+                .find(|(rule, _)| matches(rule))
                 .map(|(rule, origin)| Cause::rule(rule, origin))
         };
         if let Some(cause) = matching(RuleList::Deny) {
@@ -778,7 +795,7 @@ impl<'a> Engine<'a> {
                 Verdict::Deny,
                 Step::DenyRule,
                 vec![cause],
-                format!("a deny rule matches {}", parsed.host),
+                format!("a deny rule matches {what}"),
             );
         }
         let allowed = matching(RuleList::Allow)
@@ -786,35 +803,34 @@ impl<'a> Engine<'a> {
             .or_else(|| {
                 ctx.session_rules
                     .iter()
-                    .find(|rule| rule.matches_host(&parsed.host, parsed.port))
+                    .find(|rule| matches(rule))
                     .map(|rule| (Step::SessionRule, session_cause(rule)))
             });
-        let unusual = parsed.unusual.clone();
         if ctx.plan_mode {
             return match (allowed, unusual) {
                 (Some((_, cause)), None) => Decision::new(
                     Verdict::Allow,
                     Step::PlanMode,
                     vec![cause],
-                    format!("plan mode: an allow rule names {}", parsed.host),
+                    format!("plan mode: an allow rule names {what}"),
                 ),
                 _ => Decision::new(
                     Verdict::Deny,
                     Step::PlanMode,
                     vec![],
-                    format!("plan mode: no allow rule names {}", parsed.host),
+                    format!("plan mode: no allow rule names {what}"),
                 ),
             };
         }
         if let Some(cause) = matching(RuleList::Ask) {
-            return self.ask_rule(cause, ctx, &parsed.host);
+            return self.ask_rule(cause, ctx, what);
         }
         match (allowed, unusual) {
             (Some((step, cause)), None) => Decision::new(
                 Verdict::Allow,
                 step,
                 vec![cause],
-                format!("an allow rule covers {}", parsed.host),
+                format!("an allow rule covers {what}"),
             ),
             (Some(_), Some(why)) => Decision::new(
                 Verdict::Ask,
@@ -826,64 +842,7 @@ impl<'a> Engine<'a> {
                 Verdict::Ask,
                 Step::NoRule,
                 vec![],
-                format!("no allow rule covers {}", parsed.host),
-            ),
-        }
-    }
-
-    fn decide_mcp(&self, name: &str, ctx: &Context) -> Decision {
-        let matching = |list: RuleList| {
-            self.rules(list)
-                .find(|(rule, _)| rule.matches_mcp(name))
-                .map(|(rule, origin)| Cause::rule(rule, origin))
-        };
-        if let Some(cause) = matching(RuleList::Deny) {
-            return Decision::new(
-                Verdict::Deny,
-                Step::DenyRule,
-                vec![cause],
-                format!("a deny rule matches {name}"),
-            );
-        }
-        let allowed = matching(RuleList::Allow)
-            .map(|c| (Step::AllowRule, c))
-            .or_else(|| {
-                ctx.session_rules
-                    .iter()
-                    .find(|rule| rule.matches_mcp(name))
-                    .map(|rule| (Step::SessionRule, session_cause(rule)))
-            });
-        if ctx.plan_mode {
-            return match allowed {
-                Some((_, cause)) => Decision::new(
-                    Verdict::Allow,
-                    Step::PlanMode,
-                    vec![cause],
-                    format!("plan mode: an allow rule names {name}"),
-                ),
-                None => Decision::new(
-                    Verdict::Deny,
-                    Step::PlanMode,
-                    vec![],
-                    format!("plan mode: no allow rule names {name}"),
-                ),
-            };
-        }
-        if let Some(cause) = matching(RuleList::Ask) {
-            return self.ask_rule(cause, ctx, name);
-        }
-        match allowed {
-            Some((step, cause)) => Decision::new(
-                Verdict::Allow,
-                step,
-                vec![cause],
-                format!("an allow rule covers {name}"),
-            ),
-            None => Decision::new(
-                Verdict::Ask,
-                Step::NoRule,
-                vec![],
-                format!("no allow rule covers {name}"),
+                format!("no allow rule covers {what}"),
             ),
         }
     }
