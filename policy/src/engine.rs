@@ -958,20 +958,19 @@ impl FetchTarget {
             return Err("no host".to_string());
         }
         if unusual.is_none() {
-            // Numeric hosts in any spelling (`127.1`, `0x7f000001`, `2130706433`) name an
-            // address, not a name a rule could mean.
-            let numeric =
-                host.bytes().all(|b| b.is_ascii_digit() || b == b'.') || host.starts_with("0x");
-            if host.starts_with('[') || numeric {
-                unusual = Some("the host is an IP address".to_string());
-            } else if !host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
-            {
-                unusual = Some(
-                    "the host has characters other than letters, digits, `.` and `-`".to_string(),
-                );
-            }
+            // Parsed as the proxy parses targets: numeric hosts in any spelling (`127.1`,
+            // `0x7f000001`, `2130706433`, `[::ffff:127.0.0.1]`) name an address, not a name a
+            // rule could mean.
+            unusual = match crate::network::TargetHost::parse(&host) {
+                Ok(crate::network::TargetHost::Ip(addr)) => {
+                    Some(format!("the host is an IP address ({addr})"))
+                }
+                Ok(crate::network::TargetHost::Name(_)) if !host.is_ascii() => {
+                    Some("the host has non-ASCII characters".to_string())
+                }
+                Ok(crate::network::TargetHost::Name(_)) => None,
+                Err(e) => Some(format!("the host is malformed: {e}")),
+            };
         }
         Ok(FetchTarget {
             host,

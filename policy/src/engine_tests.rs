@@ -824,3 +824,32 @@ fn a_secret_is_found_through_another_spelling_of_home() {
         );
     }
 }
+
+#[test]
+fn unusual_urls_ask_even_under_a_rule_for_every_host() {
+    let w = world(r#"{"permissions": {"allow": ["WebFetch"]}}"#, "", "");
+    for url in [
+        "http://2130706433/",
+        "http://0x7f000001/",
+        "http://127.1/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://169.254.169.254/latest/meta-data/",
+        "https://user:secret@docs.rs/",
+        "https://docs.rs\u{2024}evil.test/",
+    ] {
+        let d = w.decide(fetch(url), &sandbox());
+        assert_eq!(
+            (d.verdict, d.step),
+            (Verdict::Ask, Step::NoRule),
+            "{url}: {d}"
+        );
+        assert!(d.reason.contains("unusual"), "{url}: {d}");
+    }
+    // Negative control: an ordinary URL is allowed by the same rule.
+    let d = w.decide(fetch("https://docs.rs/serde"), &sandbox());
+    assert_eq!(
+        (d.verdict, d.step),
+        (Verdict::Allow, Step::AllowRule),
+        "{d}"
+    );
+}
