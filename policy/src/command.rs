@@ -104,6 +104,9 @@ pub struct SimpleCommand {
     /// Some word or redirection target cannot be known statically, or the command runs code
     /// that is not on the line (`eval`, `source`, `xargs`, a shell reading a file).
     pub dynamic: bool,
+    /// The files read by `<` redirections seen since the previous command was reported (its
+    /// own, or those of an enclosing compound command). Kept as written.
+    pub reads: Vec<String>,
 }
 
 /// Why a command line could not be split. The engine treats every one of these the same way:
@@ -180,6 +183,16 @@ pub fn split(line: &str) -> Result<Vec<SimpleCommand>, SplitError> {
         .spawn(move || {
             let mut walker = Walker::new();
             walker.script(&owned, 0, &[])?;
+            if !walker.reads.is_empty() {
+                // Read by a redirection with no command (`< file`): still a read of the line.
+                let reads = std::mem::take(&mut walker.reads);
+                walker.out.push(SimpleCommand {
+                    argv: Vec::new(),
+                    writes: Vec::new(),
+                    dynamic: false,
+                    reads,
+                });
+            }
             Ok(walker.out)
         })
         .map_err(|e| SplitError::Internal {
@@ -263,6 +276,8 @@ enum WordUse {
 struct Walker {
     options: ParserOptions,
     out: Vec<SimpleCommand>,
+    /// `<` targets not yet attached to a reported command.
+    reads: Vec<String>,
     /// The texts being walked, innermost last: source spans in the syntax tree index into it.
     texts: Vec<Vec<char>>,
 }
@@ -272,6 +287,7 @@ impl Walker {
         Self {
             options: ParserOptions::default(),
             out: Vec::new(),
+            reads: Vec::new(),
             texts: Vec::new(),
         }
     }
@@ -340,6 +356,19 @@ impl Walker {
         Ok(())
     }
 
+    /// Records a construct whose effect cannot be known from its text (arithmetic, `[[ … ]]`,
+    /// a loop variable) as a dynamic pseudo-command named `label`: no allow rule covers it, so a
+    /// line holding one is asked outside the sandbox.
+    fn opaque(&mut self, label: &str, writes: Vec<String>) {
+        let reads = std::mem::take(&mut self.reads);
+        self.out.push(SimpleCommand {
+            argv: vec![label.to_owned()],
+            writes,
+            dynamic: true,
+            reads,
+        });
+    }
+
     fn pipeline(
         &mut self,
         pipeline: &ast::Pipeline,
@@ -373,17 +402,14 @@ impl Walker {
             }
             ast::Command::ExtendedTest(test, redirects) => {
                 let inner = Self::enter(depth, "[[ … ]]")?;
-                let (own, dynamic) = self.redirect_list(redirects.as_ref(), inner, &[])?;
+                let (own, _) = self.redirect_list(redirects.as_ref(), inner, &[])?;
                 self.extended_test(&test.expr, inner)?;
-                if !own.is_empty() {
-                    let mut all = writes.to_vec();
-                    all.extend(own);
-                    self.out.push(SimpleCommand {
-                        argv: vec!["[[".to_owned()],
-                        writes: all,
-                        dynamic,
-                    });
-                }
+                let mut all = writes.to_vec();
+                all.extend(own);
+                // bash evaluates the operands of `-eq`, `-lt`, `-v` … as arithmetic, where an
+                // array subscript runs `$(…)` even from single quotes and `x=…` assigns: what
+                // a `[[ … ]]` does cannot be known from its text.
+                self.opaque("[[", all);
                 Ok(())
             }
         }
@@ -409,7 +435,10 @@ impl Walker {
                         && text.get(end - 2..end) == Some(&[')', ')'][..])
                 });
                 if genuine {
-                    self.embedded(&arith.expr.value, depth)
+                    self.embedded(&arith.expr.value, depth)?;
+                    // Arithmetic assigns variables (`((PATH=0))`) and runs subscripts.
+                    self.opaque("((", writes.to_vec());
+                    Ok(())
                 } else {
                     let inner = Self::enter(depth, &arith.expr.value)?;
                     self.script(&arith.expr.value, inner, writes)
@@ -422,6 +451,7 @@ impl Walker {
                 {
                     self.embedded(&expr.value, depth)?;
                 }
+                self.opaque("for ((", writes.to_vec());
                 self.compound_list(&clause.body.list, depth, writes)
             }
             C::BraceGroup(group) => self.compound_list(&group.list, depth, writes),
@@ -430,6 +460,9 @@ impl Walker {
                 for word in clause.values.iter().flatten() {
                     self.word(&word.value, depth, WordUse::Command)?;
                 }
+                // The loop assigns its variable (`for PATH in bin; do git status; done`): an
+                // assignment no allow rule for the body's commands covers.
+                self.opaque(&format!("for {}", clause.variable_name), writes.to_vec());
                 self.compound_list(&clause.body.list, depth, writes)
             }
             C::CaseClause(clause) => {
@@ -520,6 +553,9 @@ impl Walker {
             ast::IoRedirect::File(_, kind, target) => match target {
                 T::Filename(word) => {
                     let analyzed = self.word(&word.value, depth, WordUse::Command)?;
+                    if matches!(kind, K::Read | K::ReadAndWrite) {
+                        self.reads.push(analyzed.text.clone());
+                    }
                     if matches!(kind, K::Write | K::Append | K::Clobber | K::ReadAndWrite) {
                         writes.push(analyzed.text);
                     }
@@ -611,10 +647,12 @@ impl Walker {
         }
         if words.is_empty() {
             if !assignments.is_empty() || writes.len() > inherited.len() {
+                let reads = std::mem::take(&mut self.reads);
                 self.out.push(SimpleCommand {
                     dynamic: redirect_dynamic || assignments.iter().any(|a| a.dynamic),
                     argv: assignments.into_iter().map(|a| a.text).collect(),
                     writes,
+                    reads,
                 });
             }
             return Ok(());
@@ -627,10 +665,12 @@ impl Walker {
     }
 
     fn push(&mut self, words: &[Analyzed], writes: &[String], dynamic: bool) -> usize {
+        let reads = std::mem::take(&mut self.reads);
         self.out.push(SimpleCommand {
             argv: words.iter().map(|w| w.text.clone()).collect(),
             writes: writes.to_vec(),
             dynamic: dynamic || words.iter().any(|w| w.dynamic),
+            reads,
         });
         self.out.len() - 1
     }
@@ -746,6 +786,58 @@ impl Walker {
                 long_flag: &[],
                 assignments: false,
             },
+            "stdbuf" => OptionSpec {
+                short_arg: "ioe",
+                short_flag: "",
+                short_optional: "",
+                long_arg: &["input", "output", "error"],
+                long_flag: &[],
+                assignments: false,
+            },
+            "setsid" => OptionSpec {
+                short_arg: "",
+                short_flag: "cfw",
+                short_optional: "",
+                long_arg: &[],
+                long_flag: &["ctty", "fork", "wait"],
+                assignments: false,
+            },
+            "ionice" => OptionSpec {
+                short_arg: "cnp",
+                short_flag: "t",
+                short_optional: "",
+                long_arg: &["class", "classdata", "pid"],
+                long_flag: &["ignore"],
+                assignments: false,
+            },
+            // `taskset MASK cmd`, `chrt PRIO cmd`, `flock FILE cmd`: one operand before the
+            // command (see below).
+            "taskset" | "chrt" | "flock" => OptionSpec {
+                short_arg: "",
+                short_flag: "acpfmrbiodRveEnsuxwh",
+                short_optional: "",
+                long_arg: &["timeout", "wait", "conflict-exit-code"],
+                long_flag: &[
+                    "all-tasks",
+                    "cpu-list",
+                    "pid",
+                    "shared",
+                    "exclusive",
+                    "unlock",
+                    "nonblock",
+                    "close",
+                    "no-fork",
+                    "verbose",
+                    "fifo",
+                    "rr",
+                    "batch",
+                    "idle",
+                    "other",
+                    "deadline",
+                    "reset-on-fork",
+                ],
+                assignments: false,
+            },
             "timeout" => OptionSpec {
                 short_arg: "ks",
                 short_flag: "vp",
@@ -843,6 +935,19 @@ impl Walker {
                 }
             }
             "timeout" => start += 1, // the duration
+            "taskset" | "chrt" | "flock" => {
+                // The mask, priority or lock file; `flock FILE -c 'cmd'` runs a shell line.
+                start += 1;
+                if name == "flock" && args.get(start).is_some_and(|a| a.text == "-c") {
+                    self.out[index].dynamic = true;
+                    if let Some(line) = args.get(start + 1).filter(|a| !a.dynamic) {
+                        let inner = Self::enter(depth, "flock -c")?;
+                        let writes = self.out[index].writes.clone();
+                        self.script(&line.text, inner, &writes)?;
+                    }
+                    return Ok(None);
+                }
+            }
             "xargs" => {
                 self.out[index].dynamic = true;
                 if start >= args.len() {
@@ -967,7 +1072,14 @@ impl Walker {
         let mut text = String::new();
         let mut dynamic = false;
         let mut first = true;
+        // The word with every quoted part replaced by a plain character: a pattern or brace
+        // expansion can be split across quoted and unquoted parts (`{r''m,-f,x}` is `rm -f x`).
+        let mut unquoted_shape = String::new();
         for piece in &pieces {
+            match &piece.piece {
+                WordPiece::Text(s) => unquoted_shape.push_str(s),
+                _ => unquoted_shape.push('_'),
+            }
             self.piece(
                 raw,
                 piece,
@@ -979,6 +1091,9 @@ impl Walker {
                 &mut dynamic,
             )?;
             first = false;
+        }
+        if is_pattern(&unquoted_shape) {
+            dynamic = true;
         }
         if dynamic {
             text = raw.to_owned();
@@ -1585,7 +1700,7 @@ struct ParsedOptions<'a> {
     /// Index of the first operand (the wrapped command), `args.len()` if none.
     operands: usize,
     /// Options with their values, short letter or long name.
-    values: Vec<(OptionName<'a>, &'a Analyzed)>,
+    values: Vec<(OptionName<'a>, Analyzed)>,
     /// An option the spec does not know was skipped (assumed to take no argument).
     unknown_option: bool,
 }
@@ -1610,7 +1725,7 @@ impl ParsedOptions<'_> {
         self.values
             .iter()
             .find(|(name, _)| *name == OptionName::Short(short) || *name == OptionName::Long(long))
-            .map(|(_, value)| *value)
+            .map(|(_, value)| value)
     }
 }
 
@@ -1646,15 +1761,25 @@ impl OptionSpec {
             }
             if let Some(long) = text.strip_prefix("--") {
                 let (name, attached) = match long.split_once('=') {
-                    Some((n, _)) => (n, true),
-                    None => (long, false),
+                    Some((n, v)) => (n, Some(v)),
+                    None => (long, None),
                 };
                 if self.long_arg.contains(&name) {
-                    if !attached {
-                        if let Some(value) = args.get(i + 1) {
-                            parsed.values.push((OptionName::Long(name), value));
+                    match attached {
+                        // `--split-string=…`: the value is part of the word.
+                        Some(v) => parsed.values.push((
+                            OptionName::Long(name),
+                            Analyzed {
+                                text: v.to_owned(),
+                                dynamic: arg.dynamic,
+                            },
+                        )),
+                        None => {
+                            if let Some(value) = args.get(i + 1) {
+                                parsed.values.push((OptionName::Long(name), value.clone()));
+                            }
+                            i += 1;
                         }
-                        i += 1;
                     }
                 } else if !self.long_flag.contains(&name) {
                     parsed.unknown_option = true;
@@ -1665,11 +1790,21 @@ impl OptionSpec {
             if text.len() > 1 && text.starts_with('-') {
                 for (at, c) in text[1..].char_indices() {
                     if self.short_arg.contains(c) {
-                        if at + 1 + c.len_utf8() >= text.len() {
+                        let rest = &text[1 + at + c.len_utf8()..];
+                        if rest.is_empty() {
                             if let Some(value) = args.get(i + 1) {
-                                parsed.values.push((OptionName::Short(c), value));
+                                parsed.values.push((OptionName::Short(c), value.clone()));
                             }
                             i += 1;
+                        } else {
+                            // `-S"rm -f x"`: the value is the rest of the word.
+                            parsed.values.push((
+                                OptionName::Short(c),
+                                Analyzed {
+                                    text: rest.to_owned(),
+                                    dynamic: arg.dynamic,
+                                },
+                            ));
                         }
                         break;
                     }
@@ -1775,16 +1910,19 @@ mod tests {
             ),
             ("while a; do b; done", &[&["a"], &["b"]]),
             ("until a; do b; done", &[&["a"], &["b"]]),
-            ("for i in 1 2; do b $i; done", &[&["b", "$i"]]),
-            ("for i in $(ls); do b; done", &[&["ls"], &["b"]]),
-            ("for ((i=0; i<$(n); i++)); do b; done", &[&["n"], &["b"]]),
+            ("for i in 1 2; do b $i; done", &[&["for i"], &["b", "$i"]]),
+            ("for i in $(ls); do b; done", &[&["ls"], &["for i"], &["b"]]),
+            (
+                "for ((i=0; i<$(n); i++)); do b; done",
+                &[&["n"], &["for (("], &["b"]],
+            ),
             ("case $(x) in a) b;; *) c;; esac", &[&["x"], &["b"], &["c"]]),
             ("f() { rm -rf /; }; f", &[&["rm", "-rf", "/"], &["f"]]),
             ("function f { a; }", &[&["a"]]),
             ("! a", &[&["a"]]),
             ("time a", &[&["a"]]),
-            ("[[ -f $(a) ]] && b", &[&["a"], &["b"]]),
-            ("(( x = $(a) ))", &[&["a"]]),
+            ("[[ -f $(a) ]] && b", &[&["a"], &["[["], &["b"]]),
+            ("(( x = $(a) ))", &[&["a"], &["(("]]),
             ("echo $((1 + $(a)))", &[&["a"], &["echo", "$((1 + $(a)))"]]),
             ("echo ${x:-$(a)}", &[&["a"], &["echo", "${x:-$(a)}"]]),
             (
@@ -1805,8 +1943,8 @@ mod tests {
             ("( (rm x) )", &[&["rm", "x"]]),
             ("((rm x) )", &[&["rm", "x"]]),
             ("((a) ; (b))", &[&["a"], &["b"]]),
-            ("((x = 1))", &[]),
-            ("(( x = $(a) ))", &[&["a"]]),
+            ("((x = 1))", &[&["(("]]),
+            ("(( x = $(a) ))", &[&["a"], &["(("]]),
             (
                 "echo $((a);(b))",
                 &[&["a"], &["b"], &["echo", "$((a);(b))"]],
@@ -1989,8 +2127,23 @@ mod tests {
             vec![SimpleCommand {
                 argv: vec![],
                 writes: v(&["f"]),
-                dynamic: false
+                dynamic: false,
+                reads: vec![],
             }]
+        );
+        // Reads: the command's own `<`, an enclosing compound's, and a bare `< f`.
+        let commands = split("cat < ~/.aws/credentials && { a; } < in.txt; < last").unwrap();
+        let reads: Vec<(String, Vec<String>)> = commands
+            .iter()
+            .map(|c| (c.argv.join(" "), c.reads.clone()))
+            .collect();
+        assert_eq!(
+            reads,
+            [
+                ("cat".to_owned(), v(&["~/.aws/credentials"])),
+                ("a".to_owned(), v(&["in.txt"])),
+                (String::new(), v(&["last"])),
+            ]
         );
         let commands = split("sudo tee x > f").unwrap();
         assert!(
@@ -2256,5 +2409,62 @@ mod tests {
                 panic!("{line:?}: {reason}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod review_tests {
+    use super::*;
+
+    fn argvs(line: &str) -> Vec<String> {
+        split(line)
+            .unwrap()
+            .iter()
+            .map(|c| c.argv.join(" "))
+            .collect()
+    }
+
+    #[test]
+    fn more_wrappers_and_attached_option_values_are_unwrapped() {
+        for line in [
+            "stdbuf -o0 rm -f x",
+            "setsid rm -f x",
+            "ionice -c3 rm -f x",
+            "taskset 0x1 rm -f x",
+            "chrt 10 rm -f x",
+            "flock /tmp/lock rm -f x",
+            "flock /tmp/lock -c 'rm -f x'",
+            "env -S\"rm -f x\"",
+            "env --split-string='rm -f x'",
+        ] {
+            let got = argvs(line);
+            assert!(
+                got.iter().any(|a| a == "rm -f x"),
+                "{line:?} must report `rm -f x`: {got:?}"
+            );
+        }
+        // `time -oFILE` and `--output=FILE` write FILE.
+        for line in [
+            "/usr/bin/time -o out.txt ls",
+            "/usr/bin/time -oout.txt ls",
+            "/usr/bin/time --output=out.txt ls",
+        ] {
+            let commands = split(line).unwrap();
+            assert!(
+                commands.iter().any(|c| c.writes == ["out.txt"]),
+                "{line:?}: {commands:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_brace_or_glob_split_by_quotes_is_a_pattern() {
+        for line in ["{r''m,-f,x}", "/bin/[r'']m -f x", "r\"\"*m x"] {
+            let commands = split(line).unwrap();
+            assert!(commands.iter().any(|c| c.dynamic), "{line:?}: {commands:?}");
+        }
+        // Negative control: quoted pattern characters are literal.
+        let commands = split("echo '{a,b}' \"*\"").unwrap();
+        assert!(!commands[0].dynamic, "{commands:?}");
     }
 }

@@ -317,7 +317,7 @@ impl<'a> Engine<'a> {
         let resolved: Vec<Sensitive> = sensitive
             .iter()
             .filter_map(|s| {
-                let real = resolve_existing_prefix(&s.path);
+                let real = resolve_like_the_kernel(&s.path);
                 (real != s.path).then(|| Sensitive {
                     path: real,
                     ..s.clone()
@@ -335,6 +335,18 @@ impl<'a> Engine<'a> {
 
     /// Decides one request.
     pub fn decide(&self, request: &Request, ctx: &Context) -> Decision {
+        // Under `managedRulesOnly` an answer "allow for the session" is a rule the managed
+        // file did not write: it is not applied (each request is asked again).
+        let without_session;
+        let ctx = if self.settings.managed_rules_only.is_some() && !ctx.session_rules.is_empty() {
+            without_session = Context {
+                session_rules: Vec::new(),
+                ..ctx.clone()
+            };
+            &without_session
+        } else {
+            ctx
+        };
         match request {
             Request::ReadFile { path } => self.decide_file(Tool::ReadFile, path, ctx),
             Request::WriteFile { path } => self.decide_file(Tool::WriteFile, path, ctx),
@@ -350,13 +362,89 @@ impl<'a> Engine<'a> {
 
     /// Where a path is written (lexically absolute) and where it leads now through links.
     fn places(&self, path: &Path) -> Vec<PathBuf> {
-        let written = lexical(path, &self.project_root);
-        let resolved = resolve_existing_prefix(&written);
+        let joined = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.project_root.join(path)
+        };
+        let written = lexical(&joined, Path::new("/"));
+        // Where the kernel would go: links resolved before each `..` applies, as path lookup
+        // does (`src/link/../x` is `x` next to the link's target, not `src/x`).
+        let resolved = resolve_like_the_kernel(&joined);
         if resolved == written {
             vec![written]
         } else {
             vec![written, resolved]
         }
+    }
+
+    /// The folders each command of a line may run in: the project root, and every folder an
+    /// earlier `cd`/`pushd` may have moved to (a `cd` may fail or run in a branch, so all are
+    /// kept). After a `cd` whose target is only known at run time, `popd` or `cd -`, the folder
+    /// is unknown.
+    fn cwd_trail(&self, commands: &[SimpleCommand]) -> Vec<Cwds> {
+        let mut current = Cwds {
+            dirs: vec![self.project_root.clone()],
+            unknown: false,
+        };
+        let mut trail = Vec::with_capacity(commands.len());
+        for c in commands {
+            trail.push(current.clone());
+            let Some(name) = c.argv.first().map(String::as_str) else {
+                continue;
+            };
+            if !matches!(name, "cd" | "pushd" | "popd" | "chdir") {
+                continue;
+            }
+            let args: Vec<&String> = c.argv[1..].iter().filter(|a| *a != "--").collect();
+            match (name, args.as_slice()) {
+                ("cd" | "chdir", []) => current.dirs.push(self.home.clone()),
+                ("cd" | "pushd" | "chdir", [dir]) if !c.dynamic && !dir.starts_with('-') => {
+                    let target = self.expand_tilde(dir);
+                    let more: Vec<PathBuf> = if target.is_absolute() {
+                        vec![resolve_like_the_kernel(&target)]
+                    } else {
+                        current
+                            .dirs
+                            .iter()
+                            .map(|d| resolve_like_the_kernel(&d.join(&target)))
+                            .collect()
+                    };
+                    for dir in more {
+                        if !current.dirs.contains(&dir) {
+                            current.dirs.push(dir);
+                        }
+                    }
+                }
+                _ => current.unknown = true,
+            }
+        }
+        trail
+    }
+
+    /// Where a command's path argument or redirection target may lead: relative to each folder
+    /// the command may run in, `~/` in the home folder.
+    fn target_places(&self, target: &str, cwd: &Cwds) -> Vec<PathBuf> {
+        let expanded = self.expand_tilde(target);
+        if expanded.is_absolute() {
+            return self.places(&expanded);
+        }
+        let mut out = Vec::new();
+        for dir in &cwd.dirs {
+            for place in self.places(&dir.join(&expanded)) {
+                if !out.contains(&place) {
+                    out.push(place);
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether any deny or ask rule applies to commands.
+    fn has_bash_deny_or_ask_rules(&self) -> bool {
+        self.rules(RuleList::Deny)
+            .chain(self.rules(RuleList::Ask))
+            .any(|(rule, _)| rule.tool().covers(Tool::Bash))
     }
 
     /// A redirection target as the shell would open it: `~/x` is in the home directory.
@@ -453,7 +541,15 @@ impl<'a> Engine<'a> {
     }
 
     fn decide_file(&self, tool: Tool, path: &Path, ctx: &Context) -> Decision {
-        let places = self.places(path);
+        let mut places = self.places(path);
+        // A tool may take `~/x` literally or as the home folder: judge both.
+        if let Some(text) = path.to_str().filter(|t| *t == "~" || t.starts_with("~/")) {
+            for place in self.places(&self.expand_tilde(text)) {
+                if !places.contains(&place) {
+                    places.push(place);
+                }
+            }
+        }
         let shown = path.display();
         if let Some((cause, opened_by)) = self.sensitive_hit(&places) {
             if self.naming_allow(tool, &places, opened_by, ctx).is_none() {
@@ -536,9 +632,37 @@ impl<'a> Engine<'a> {
         // of them, and then can only be asked (or run in the sandbox), never allowed by a rule.
         // Targets are checked as written even when some word of the command is dynamic: a
         // literal `.git/` or `.env` in a target can only add a refusal, never remove one.
-        for c in commands {
-            for target in &c.writes {
-                let places = self.places(&self.expand_tilde(target));
+        let trail = self.cwd_trail(commands);
+        for (c, cwd) in commands.iter().zip(&trail) {
+            // What it reads: `<` targets and arguments that name a path.
+            let read_targets: Vec<String> =
+                c.reads.iter().cloned().chain(path_arguments(c)).collect();
+            for target in &read_targets {
+                let places = self.target_places(target, cwd);
+                if let Some((cause, opened_by)) = self.sensitive_hit(&places) {
+                    if self
+                        .naming_allow(Tool::ReadFile, &places, opened_by, ctx)
+                        .is_none()
+                    {
+                        return Decision::new(
+                            Verdict::Deny,
+                            Step::SensitivePath,
+                            vec![cause],
+                            format!("the command reads {target}, a sensitive path"),
+                        );
+                    }
+                }
+                if let Some(cause) = self.path_rule(RuleList::Deny, Tool::ReadFile, &places) {
+                    return Decision::new(
+                        Verdict::Deny,
+                        Step::DenyRule,
+                        vec![cause],
+                        format!("a deny rule matches {target}, which the command reads"),
+                    );
+                }
+            }
+            for target in c.writes.iter().chain(option_writes(c).iter()) {
+                let places = self.target_places(target, cwd);
                 if let Some((cause, opened_by)) = self.sensitive_hit(&places) {
                     if self
                         .naming_allow(Tool::WriteFile, &places, opened_by, ctx)
@@ -562,7 +686,7 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        for c in commands {
+        for (c, cwd) in commands.iter().zip(&trail) {
             if let Some((rule, origin)) = self
                 .rules(RuleList::Deny)
                 .find(|(rule, _)| rule.matches_command(&c.argv))
@@ -574,8 +698,8 @@ impl<'a> Engine<'a> {
                     format!("a deny rule matches `{}`", c.argv.join(" ")),
                 );
             }
-            for target in &c.writes {
-                let places = self.places(&self.expand_tilde(target));
+            for target in c.writes.iter().chain(option_writes(c).iter()) {
+                let places = self.target_places(target, cwd);
                 if let Some(cause) = self.path_rule(RuleList::Deny, Tool::WriteFile, &places) {
                     return Decision::new(
                         Verdict::Deny,
@@ -619,6 +743,32 @@ impl<'a> Engine<'a> {
             );
         }
         let sandboxed = ctx.sandbox_available && !outside_sandbox;
+        // Deny and ask rules were checked on what the line shows. A line that does not parse
+        // (bash still runs every command before the error) or a command whose name or code is
+        // only known when it runs could hide a command those rules name: when there are such
+        // rules, the line is asked (plan mode: denied) even in the sandbox.
+        if self.has_bash_deny_or_ask_rules() {
+            let hidden = match &split {
+                Err(e) => Some(format!("the line cannot be parsed ({e})")),
+                Ok(commands) => commands
+                    .iter()
+                    .find(|c| may_hide_a_command(c))
+                    .map(|c| format!("`{}` is only known when it runs", c.argv.join(" "))),
+            };
+            if let Some(why) = hidden {
+                let (verdict, step) = if ctx.plan_mode {
+                    (Verdict::Deny, Step::PlanMode)
+                } else {
+                    (Verdict::Ask, Step::NoRule)
+                };
+                return Decision::new(
+                    verdict,
+                    step,
+                    vec![],
+                    format!("{why}, so the deny and ask rules for commands cannot be checked"),
+                );
+            }
+        }
         if ctx.plan_mode {
             return if sandboxed {
                 let mut d = Decision::new(
@@ -679,7 +829,8 @@ impl<'a> Engine<'a> {
         if commands.is_empty() {
             return Decision::new(Verdict::Ask, Step::NoRule, vec![], "an empty command line");
         }
-        for c in commands {
+        let trail = self.cwd_trail(commands);
+        for (c, cwd) in commands.iter().zip(&trail) {
             let shown = c.argv.join(" ");
             if c.dynamic {
                 return Decision::new(
@@ -713,8 +864,17 @@ impl<'a> Engine<'a> {
             if !causes.contains(&cause) {
                 causes.push(cause);
             }
-            for target in &c.writes {
-                let places = self.places(&self.expand_tilde(target));
+            let writes: Vec<String> = c.writes.iter().cloned().chain(option_writes(c)).collect();
+            for target in &writes {
+                if cwd.unknown && !Path::new(&*self.expand_tilde(target)).is_absolute() {
+                    return Decision::new(
+                        Verdict::Ask,
+                        Step::NoRule,
+                        vec![],
+                        format!("the command writes {target} in a folder only known when it runs"),
+                    );
+                }
+                let places = self.target_places(target, cwd);
                 match self.allow_for_path(Tool::WriteFile, &places, ctx) {
                     Some((step, cause)) => {
                         only_session &= step == Step::SessionRule;
@@ -848,6 +1008,107 @@ impl<'a> Engine<'a> {
     }
 }
 
+/// The folders a command may run in (see [`Engine::cwd_trail`]).
+#[derive(Debug, Clone)]
+struct Cwds {
+    dirs: Vec<PathBuf>,
+    /// An earlier command moved to a folder only known at run time.
+    unknown: bool,
+}
+
+/// The words of a command that name a path: arguments after the program name that start with
+/// `/`, `~/`, `./`, `../` or hold a `/`, or name a dotenv file; an option's attached value
+/// (`--file=~/.aws/credentials`) too. A heuristic for reads: a command's own way of reading
+/// files is unknown, but a secret named on the line is not let through.
+fn path_arguments(c: &SimpleCommand) -> Vec<String> {
+    c.argv
+        .iter()
+        .skip(1)
+        .filter_map(|w| {
+            // An option's attached value (`--file=~/.aws/credentials`), or the word itself.
+            let value = match w.split_once('=') {
+                Some((opt, value)) if opt.starts_with('-') => value,
+                _ if w.starts_with('-') => return None,
+                _ => w.as_str(),
+            };
+            let names_a_path = value.contains('/')
+                || value == "~"
+                || is_env_file_name(std::ffi::OsStr::new(value));
+            names_a_path.then(|| value.to_owned())
+        })
+        .collect()
+}
+
+/// Files a command writes through its own options: `--output=FILE` / `--output FILE` (git,
+/// curl, sort, …), `-o FILE` for `curl`, `wget -O`, `find -fprint/-fprintf/-fls FILE`, and
+/// `tee FILE…`. Known only for these programs; other ways to write are not listed.
+fn option_writes(c: &SimpleCommand) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(name) = c.argv.iter().find(|w| !is_assignment(w)) else {
+        return out;
+    };
+    let base = name.rsplit('/').next().unwrap_or(name);
+    let start = c.argv.iter().position(|w| w == name).unwrap_or(0) + 1;
+    let args = &c.argv[start..];
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        let next = args.get(i + 1).cloned();
+        let takes_next = a == "--output"
+            || (base == "curl" && a == "-o")
+            || (base == "wget" && a == "-O")
+            || (base == "find" && matches!(a, "-fprint" | "-fprintf" | "-fls" | "-fprint0"));
+        if let Some(v) = a.strip_prefix("--output=") {
+            out.push(v.to_owned());
+        } else if takes_next {
+            out.extend(next.clone());
+        } else if base == "tee" && !a.starts_with('-') {
+            out.push(a.to_owned());
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Programs that run other programs or code given to them: when such a command has a word
+/// known only at run time, that word may be the command a deny rule names.
+const RUNS_OTHER_CODE: &[&str] = &[
+    "eval", "source", ".", "exec", "command", "builtin", "sh", "bash", "dash", "zsh", "ksh",
+    "fish", "busybox", "xargs", "env", "sudo", "doas", "su", "nohup", "nice", "ionice", "timeout",
+    "time", "stdbuf", "setsid", "chrt", "taskset", "flock", "unshare", "find", "parallel", "watch",
+    "script", "awk", "gawk", "perl", "python", "python3", "ruby", "node",
+];
+
+/// Whether a simple command may run a command the line does not show: a pseudo-command for
+/// arithmetic, `[[ … ]]` or a loop variable; a command name known only at run time; or a
+/// program that runs other code, with a word known only at run time.
+fn may_hide_a_command(c: &SimpleCommand) -> bool {
+    if !c.dynamic {
+        return false;
+    }
+    let Some(name) = c.argv.iter().find(|w| !is_assignment(w)) else {
+        // Only assignments (or nothing): an assignment's value can run `$(…)`, which the
+        // splitter lists as its own command; the assignment itself hides nothing.
+        return c.argv.is_empty();
+    };
+    let base = name.rsplit('/').next().unwrap_or(name);
+    name.contains(['$', '`', '*', '?', '[', '{', '\\', '"', '\''])
+        || matches!(name.as_str(), "[[" | "((" | "for ((")
+        || name.starts_with("for ")
+        || RUNS_OTHER_CODE.contains(&base)
+}
+
+/// `NAME=value` with a valid shell name.
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+            && !name.starts_with(|ch: char| ch.is_ascii_digit())
+    })
+}
+
 fn session_cause(rule: &Rule) -> Cause {
     Cause {
         rule: rule.to_string(),
@@ -875,30 +1136,31 @@ fn lexical(path: &Path, base: &Path) -> PathBuf {
     out
 }
 
-/// The place an absolute path leads to now: its longest existing ancestor canonicalized, the
-/// rest appended. A link planted to point at a secret or into `.git` is judged at its target.
-fn resolve_existing_prefix(path: &Path) -> PathBuf {
-    let mut rest = Vec::new();
-    let mut current = path.to_path_buf();
-    loop {
-        if let Ok(canonical) = std::fs::canonicalize(&current) {
-            let mut out = canonical;
-            for part in rest.iter().rev() {
-                out.push(part);
+/// The place an absolute path leads to now, walked component by component as the kernel's path
+/// lookup does: each existing component is resolved through its links before the next one (a
+/// `..` included) applies; a component that does not exist is taken as written. A
+/// link planted to point at a secret or into `.git` is judged at its target, also when a `..`
+/// follows it.
+fn resolve_like_the_kernel(path: &Path) -> PathBuf {
+    let mut current = PathBuf::from("/");
+    for c in path.components() {
+        match c {
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            // `current` is canonical wherever it exists, so its parent is the real `..`.
+            Component::ParentDir => {
+                current.pop();
             }
-            return lexical(&out, Path::new("/"));
-        }
-        match (
-            current.file_name().map(|n| n.to_os_string()),
-            current.parent(),
-        ) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                current = parent.to_path_buf();
+            Component::Normal(name) => {
+                current.push(name);
+                // A tool may create missing folders on the way, so a component that exists
+                // again after a `..` is resolved again.
+                if let Ok(real) = std::fs::canonicalize(&current) {
+                    current = real;
+                }
             }
-            _ => return path.to_path_buf(),
         }
     }
+    current
 }
 
 /// True when some component of `path` is `.git`: the folder, or a file inside it. (A `.git`

@@ -679,15 +679,16 @@ impl Drop for NetworkSession {
     }
 }
 
-/// A new folder only this user can enter, under the temporary folder (`/tmp` when `TMPDIR` is
-/// so long that a socket path in it would pass the 108-byte limit of a unix socket address).
-/// `create_dir` fails on an existing path, so a folder planted by someone else is never used.
+/// A new folder only this user can enter, under the host's `/tmp`. Never `$TMPDIR`: the
+/// bridge connects to the socket by path for every connection, and a command runs as the same
+/// user, so the folder must be out of every sandbox's reach. Both Linux executors give the
+/// command a private `/tmp`, so the host's `/tmp` is invisible to it (a `$TMPDIR` inside the
+/// project, a cache or another visible folder would let the command swap the socket for a link
+/// to any host socket, or let other sandboxes use this run's proxy). `create_dir` fails on an
+/// existing path, so a folder planted by someone else is never used.
 fn private_dir() -> std::io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
-    let mut base = std::env::temp_dir();
-    if base.as_os_str().len() > 64 || !base.is_absolute() {
-        base = PathBuf::from("/tmp");
-    }
+    let base = PathBuf::from("/tmp");
     remove_stale_proxy_dirs(&base);
     let mut last = None;
     for attempt in 0..16u32 {

@@ -1000,7 +1000,7 @@ fn a_signal_to_garuda_still_reports_and_cleans_up() {
             );
             assert!(!process_named(&marker), "{what}: the command survived");
             let prefix = format!("garuda-proxy-{pid}-");
-            let left: Vec<PathBuf> = std::fs::read_dir(std::env::temp_dir())
+            let left: Vec<PathBuf> = std::fs::read_dir("/tmp")
                 .unwrap()
                 .filter_map(|e| e.ok())
                 .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
@@ -1094,4 +1094,45 @@ fn a_malformed_allow_host_entry_stops_the_run() {
         .unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert!(w.project.join("ran").exists());
+}
+
+/// The proxy's unix socket lives in a fresh 0700 folder under the host's `/tmp`, never under
+/// `$TMPDIR`: a sandboxed command runs as the same user, and a socket folder it could see (a
+/// `$TMPDIR` in the project or a cache) would let it swap the socket for a link to any host
+/// socket, or let other sandboxes use this run's proxy. Every Linux executor gives the command
+/// a private `/tmp`, so it sees no socket folder at all; the host executor (negative control)
+/// sees the folder.
+#[test]
+fn the_proxy_socket_is_out_of_the_sandbox_even_with_tmpdir_in_the_project() {
+    for executor in ["landlock", "bubblewrap", "host"] {
+        let w = world();
+        let tmpdir = w.project.join("tmpd");
+        std::fs::create_dir_all(&tmpdir).unwrap();
+        let script = format!(
+            "ls -d {}/garuda-proxy-* /tmp/garuda-proxy-* 2>/dev/null | wc -l",
+            tmpdir.display()
+        );
+        let out = Command::new(garuda())
+            .args(["sandbox", "--executor", executor, "--project"])
+            .arg(&w.project)
+            .args(["--allow-host", "127.0.0.1:1", "--", BASH, "-c", &script])
+            .env("TMPDIR", &tmpdir)
+            .env("HOME", &w.home)
+            .env_remove("GARUDA_HOME")
+            .current_dir(&w.project)
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{executor}: {err}");
+        let found: usize = text(&out.stdout).trim().parse().unwrap();
+        if executor == "host" {
+            assert!(
+                found >= 1,
+                "host: the socket folder should be visible: {found}"
+            );
+        } else {
+            assert_eq!(found, 0, "{executor}: the command sees a socket folder");
+        }
+        assert_eq!(std::fs::read_dir(&tmpdir).unwrap().count(), 0, "{executor}");
+    }
 }

@@ -200,8 +200,24 @@ fn decide_prints_the_verdict_first_with_rule_and_source() {
 
     let out = decide(&["bash", "git status && curl x | sh", "--outside-sandbox"]);
     assert_eq!(first_word(&out), "ask", "{}", text(&out.stdout));
-    // In the OS sandbox (this machine has one) the same line runs without asking.
+    // In the OS sandbox (this machine has one) a line whose commands are all visible runs
+    // without asking ...
+    let out = decide(&["bash", "git status && curl x | wc -l"]);
+    assert_eq!(first_word(&out), "allow", "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("OS sandbox"),
+        "{}",
+        text(&out.stdout)
+    );
+    // ... but `sh` reading a pipe could run the denied `rm`: asked even there.
     let out = decide(&["bash", "git status && curl x | sh"]);
+    assert_eq!(first_word(&out), "ask", "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("deny and ask rules"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = decide(&["bash", "git status"]);
     assert_eq!(first_word(&out), "allow", "{}", text(&out.stdout));
     assert!(
         text(&out.stdout).contains("OS sandbox"),
