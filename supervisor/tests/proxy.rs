@@ -1351,3 +1351,61 @@ fn load_child_five_hundred_tunnels() {
     );
     assert!(started.elapsed() < Duration::from_secs(LOAD_SECONDS + 5));
 }
+
+/// A tunnel whose upstream accepts but never reads (nor sends): once the client has filled the
+/// buffers, the copy stops polling the client, so only a timer on the upstream side can end it.
+/// Found by review: the slot was held until the scope closed.
+#[test]
+fn a_tunnel_whose_upstream_stops_reading_is_cut_after_the_idle_timeout() {
+    let tarpit = std::net::TcpListener::bind((LOOPBACK, 0)).unwrap();
+    let port = tarpit.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || {
+        // Accept and hold the connection without reading, until the test ends.
+        let (conn, _) = tarpit.accept().unwrap();
+        std::thread::sleep(Duration::from_secs(4));
+        drop(conn);
+    });
+    let dns = DnsServer::start(&[]);
+    let limits = ProxyLimits {
+        idle_timeout: Duration::from_secs(1),
+        ..ProxyLimits::default()
+    };
+    let (_proxy, scope, addr) = proxy_with(
+        &[format!("127.0.0.1:{port}")],
+        Resolver::Dns(dns.addr),
+        UnknownHost::Deny,
+        limits,
+    );
+    let mut tunnel = connect_raw(addr);
+    let opened = exchange(
+        &mut tunnel,
+        &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: x\r\n\r\n"),
+    );
+    assert_eq!(opened.status, 200);
+    // Fill every buffer between the client and the silent upstream.
+    tunnel.set_nonblocking(true).unwrap();
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut pushed = 0usize;
+    let fill_until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < fill_until {
+        match tunnel.write(&chunk) {
+            Ok(n) => pushed += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(_) => break,
+        }
+    }
+    assert!(pushed > 0);
+    assert_eq!(scope.open_connections(), 1);
+    let started = Instant::now();
+    while scope.open_connections() > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the stalled tunnel was not cut (pushed {pushed} bytes)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(tunnel);
+    held.join().unwrap();
+}

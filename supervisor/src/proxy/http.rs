@@ -116,6 +116,9 @@ pub(crate) async fn serve<S>(
             return;
         };
         let mut client = TokioIo::new(upgraded);
+        // Both ends are timed: an upstream that stops reading (and sending) would otherwise
+        // stall the copy with the client's side never polled, holding the slot forever.
+        let mut upstream = IdleTimeout::new(&mut upstream, limits.idle_timeout);
         let _ = tokio::io::copy_bidirectional_with_sizes(
             &mut client,
             &mut upstream,
