@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn sign_parse_verify() {
         let key = InstallSecret::from_bytes([1; 32])
-            .session_key("s")
+            .session_key("p", "s")
             .at(2)
             .checkpoint_key();
         let cp = Checkpoint {
@@ -209,7 +209,7 @@ mod tests {
         assert!(parsed.signed_by(&key));
         assert_eq!(Checkpoint::parse_text(&parsed.text).unwrap(), cp);
         let other = InstallSecret::from_bytes([1; 32])
-            .session_key("s")
+            .session_key("p", "s")
             .at(3)
             .checkpoint_key();
         assert!(!parsed.signed_by(&other));

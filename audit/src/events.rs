@@ -78,6 +78,45 @@ pub struct StartEvent {
     pub recovered: Vec<Attest>,
     /// The caller's start event, redacted.
     pub info: Value,
+    /// `seq` of this session's `start` record in the install-wide register
+    /// (`<garuda_home>/audit.register.jsonl`); absent in sessions written before the register.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub register: Option<u64>,
+    /// What the writer found wrong with the existing evidence before it wrote anything
+    /// (index or register MACs and chain, a project folder or index cut back, files changed
+    /// after the last recorded write, the previous session not matching its close entry).
+    /// MACed here, so the finding survives whatever happens to that evidence later.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub found_at_start: Vec<Problem>,
+}
+
+/// A problem a writer found at `open`, recorded in its first line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Problem {
+    /// The verify code it corresponds to (`TRUNCATED`, `CHANGED_AFTER_WRITE`, ...).
+    pub code: String,
+    /// The file or folder concerned.
+    pub file: String,
+    /// What was found.
+    pub detail: String,
+}
+
+/// The event of a line of the install-wide register (`<garuda_home>/audit.register.jsonl`): a
+/// session of a project started or closed, and the project index's head right after.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterEvent {
+    /// The project's audit folder name.
+    pub project: String,
+    /// The session (its register key MACs this line).
+    pub session: String,
+    /// Hex id of its install secret.
+    pub key_id: String,
+    /// Number of lines of the project index after the session's entry.
+    pub index_lines: u64,
+    /// SHA-256 (hex) of the index's last line then.
+    pub index_head: String,
 }
 
 /// The event of a seal line.

@@ -67,6 +67,8 @@ pub(crate) struct LockedIndex {
     /// Events of the complete lines, read without checking MACs (the writer records what it
     /// finds; verify judges it).
     pub events: Vec<IndexEvent>,
+    /// The complete lines as read (before anything is appended).
+    pub data: Vec<u8>,
 }
 
 impl LockedIndex {
@@ -74,7 +76,11 @@ impl LockedIndex {
     /// the middle of an append) is cut off: it holds no complete entry, and appending after it
     /// would glue two entries into one malformed line.
     pub(crate) fn open(dir: &Path, uid: u32, sync: bool) -> Result<Self, AuditError> {
-        let path = dir.join(INDEX_FILE);
+        Self::open_path(dir.join(INDEX_FILE), uid, sync)
+    }
+
+    /// Like [`Self::open`] for any file of index-format lines (the register).
+    pub(crate) fn open_path(path: PathBuf, uid: u32, sync: bool) -> Result<Self, AuditError> {
         let mut file = fsx::open_append(&path, uid)?;
         file.lock().map_err(|e| AuditError::io(&path, e))?;
         let mut data = Vec::new();
@@ -106,7 +112,20 @@ impl LockedIndex {
             next_seq: lines.len() as u64,
             prev: lines.last().map_or(ZERO_HASH, |(_, l)| sha256(l)),
             events,
+            data: lines.last().map_or(Vec::new(), |(o, l)| {
+                data[..*o as usize + l.len() + 1].to_vec()
+            }),
         })
+    }
+
+    /// Number of lines (the `seq` the next entry gets).
+    pub(crate) fn lines(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// SHA-256 of the last line (zeros for none).
+    pub(crate) fn head(&self) -> Hash {
+        self.prev
     }
 
     /// Appends one entry, MACed under `key`, and syncs it when `sync`.

@@ -3,11 +3,15 @@
 //! ```text
 //! install secret S        32 random bytes, <garuda_home>/keys/install.key (0600, folder 0700)
 //!   key id                HMAC(S, "garuda-audit-key-id-v1")[..4]
-//!   session key k_0       HMAC(S, "garuda-audit-session-v1" || session id)
+//!   session key k_0       HMAC(S, "garuda-audit-session-v2" || project || 0x00 || session id)
 //!     epoch key k_{e+1}   HMAC(k_e, "garuda-audit-evolve-v1")      old key zeroized
 //!     checkpoint key      HMAC(k_e, "garuda-audit-checkpoint-v1")  signs the note after seal e
-//!   index key             HMAC(S, "garuda-audit-index-v1" || session id)
+//!   index key             HMAC(S, "garuda-audit-index-v2" || project || 0x00 || session id)
+//!   register key          HMAC(S, "garuda-audit-register-v1" || project || 0x00 || session id)
 //! ```
+//!
+//! `project` is the project's audit folder name (`<name>-<hash16>`): a session's lines and
+//! index entries authenticate only in the folder of the project they were written for.
 //!
 //! Everything a running writer holds after `open` is specific to its own session, and the
 //! epoch key only moves forward: memory read in epoch `e` yields no key for an earlier epoch of
@@ -24,7 +28,7 @@ use zeroize::{Zeroize, Zeroizing};
 
 use crate::error::AuditError;
 use crate::fsx;
-use crate::util::{hmac, Hash};
+use crate::util::{hmac, hmac_into, Hash};
 
 /// The install secret's file name inside the keys folder.
 pub const INSTALL_KEY_FILE: &str = "install.key";
@@ -33,11 +37,12 @@ pub const INSTALL_KEY_FILE: &str = "install.key";
 pub const EXPORT_TAG: &str = "garuda-audit-install-key-v1";
 
 const LABEL_KEY_ID: &[u8] = b"garuda-audit-key-id-v1";
-const LABEL_SESSION: &[u8] = b"garuda-audit-session-v1";
+const LABEL_SESSION: &[u8] = b"garuda-audit-session-v2";
 const LABEL_EVOLVE: &[u8] = b"garuda-audit-evolve-v1";
 const LABEL_CHECKPOINT: &[u8] = b"garuda-audit-checkpoint-v1";
 const LABEL_CHECKPOINT_ID: &[u8] = b"garuda-audit-checkpoint-key-id-v1";
-const LABEL_INDEX: &[u8] = b"garuda-audit-index-v1";
+const LABEL_INDEX: &[u8] = b"garuda-audit-index-v2";
+const LABEL_REGISTER: &[u8] = b"garuda-audit-register-v1";
 
 /// Four bytes naming an install secret without revealing it (HMAC of a fixed label).
 pub type KeyId = [u8; 4];
@@ -46,7 +51,7 @@ pub type KeyId = [u8; 4];
 ///
 /// Zeroized on drop; `Debug` prints only the key id.
 #[derive(Clone)]
-pub struct InstallSecret(Zeroizing<[u8; 32]>);
+pub struct InstallSecret(Box<Zeroizing<[u8; 32]>>);
 
 impl std::fmt::Debug for InstallSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -57,7 +62,14 @@ impl std::fmt::Debug for InstallSecret {
 impl InstallSecret {
     /// Wraps raw key bytes (tests, tools, a key read by other means).
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
-        InstallSecret(Zeroizing::new(bytes))
+        Self::from_slice(&bytes)
+    }
+
+    /// Copies the key straight into its (heap, zeroized-on-drop) home: no moved copies.
+    fn from_slice(bytes: &[u8]) -> Self {
+        let mut s = InstallSecret(Box::new(Zeroizing::new([0u8; 32])));
+        s.0.copy_from_slice(bytes);
+        s
     }
 
     /// This secret's id, as recorded in every session's first line.
@@ -78,7 +90,10 @@ impl InstallSecret {
         let path = keys_dir.join(INSTALL_KEY_FILE);
         match fsx::read_private(&path, uid)? {
             None => Ok(None),
-            Some(data) => Self::from_file_bytes(&path, Zeroizing::new(data)).map(Some),
+            Some(data) => {
+                remove_linked_temps(keys_dir, &path);
+                Self::from_file_bytes(&path, Zeroizing::new(data)).map(Some)
+            }
         }
     }
 
@@ -94,7 +109,7 @@ impl InstallSecret {
             return Ok(secret);
         }
         let mut bytes = fsx::random_bytes::<32>()?;
-        let secret = Self::from_bytes(bytes);
+        let secret = Self::from_slice(&bytes);
         bytes.zeroize();
         let suffix = crate::util::hex(&fsx::random_bytes::<8>()?);
         let tmp = keys_dir.join(format!(".{INSTALL_KEY_FILE}.{suffix}.tmp"));
@@ -115,6 +130,9 @@ impl InstallSecret {
             match fs::hard_link(&tmp, &target) {
                 Ok(()) => fsx::fsync_dir(keys_dir),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                // A concurrent `load` removed our temp name after another process won (or an
+                // export cleaned up): whatever is under the real name is the secret.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(AuditError::io(&target, e)),
             }
         })();
@@ -139,11 +157,7 @@ impl InstallSecret {
             reason: reason.to_string(),
         };
         if data.len() == 32 {
-            let mut b = [0u8; 32];
-            b.copy_from_slice(&data);
-            let s = Self::from_bytes(b);
-            b.zeroize();
-            return Ok(s);
+            return Ok(Self::from_slice(&data));
         }
         let text = std::str::from_utf8(&data).map_err(|_| bad("neither 32 bytes nor text"))?;
         let rest = text
@@ -159,34 +173,51 @@ impl InstallSecret {
         if raw.len() != 32 {
             return Err(bad("not 32 bytes"));
         }
-        let mut b = [0u8; 32];
-        b.copy_from_slice(&raw);
+        let s = Self::from_slice(&raw);
         raw.zeroize();
-        let s = Self::from_bytes(b);
-        b.zeroize();
         Ok(s)
     }
 
-    /// The epoch-0 key of a session.
-    pub fn session_key(&self, session_id: &str) -> EpochKey {
-        EpochKey {
-            key: Zeroizing::new(hmac(&self.0, &[LABEL_SESSION, session_id.as_bytes()])),
-            epoch: 0,
-        }
+    /// The epoch-0 key of a session of `project` (its audit folder name).
+    pub fn session_key(&self, project: &str, session_id: &str) -> EpochKey {
+        let mut key = Box::new(Zeroizing::new([0u8; 32]));
+        hmac_into(
+            &self.0,
+            &[
+                LABEL_SESSION,
+                project.as_bytes(),
+                b"\0",
+                session_id.as_bytes(),
+            ],
+            &mut key,
+        );
+        EpochKey { key, epoch: 0 }
     }
 
-    /// The key a session uses for its entries in the project index.
-    pub fn index_key(&self, session_id: &str) -> MacKey {
-        MacKey(Zeroizing::new(hmac(
+    /// The key a session of `project` uses for its entries in the project index.
+    pub fn index_key(&self, project: &str, session_id: &str) -> MacKey {
+        self.derive(LABEL_INDEX, project, session_id)
+    }
+
+    /// The key a session of `project` uses for its entries in the install-wide register.
+    pub fn register_key(&self, project: &str, session_id: &str) -> MacKey {
+        self.derive(LABEL_REGISTER, project, session_id)
+    }
+
+    fn derive(&self, label: &[u8], project: &str, session_id: &str) -> MacKey {
+        let mut key = Box::new(Zeroizing::new([0u8; 32]));
+        hmac_into(
             &self.0,
-            &[LABEL_INDEX, session_id.as_bytes()],
-        )))
+            &[label, project.as_bytes(), b"\0", session_id.as_bytes()],
+            &mut key,
+        );
+        MacKey(key)
     }
 }
 
 /// A 32-byte MAC key (zeroized on drop).
 #[derive(Clone)]
-pub struct MacKey(Zeroizing<[u8; 32]>);
+pub struct MacKey(Box<Zeroizing<[u8; 32]>>);
 
 impl MacKey {
     /// HMAC-SHA256 of `data`.
@@ -208,7 +239,7 @@ impl std::fmt::Debug for MacKey {
 /// A session's key for one epoch. [`EpochKey::evolve`] replaces it by the next epoch's key and
 /// erases the old one; there is no way back.
 pub struct EpochKey {
-    key: Zeroizing<[u8; 32]>,
+    key: Box<Zeroizing<[u8; 32]>>,
     epoch: u64,
 }
 
@@ -227,9 +258,9 @@ impl EpochKey {
     /// Moves to the next epoch: `k_{e+1} = HMAC(k_e, "garuda-audit-evolve-v1")`, then
     /// overwrites `k_e`.
     pub fn evolve(&mut self) {
-        let mut next = hmac(&self.key, &[LABEL_EVOLVE]);
-        self.key.copy_from_slice(&next);
-        next.zeroize();
+        let mut next = Box::new(Zeroizing::new([0u8; 32]));
+        hmac_into(&self.key, &[LABEL_EVOLVE], &mut next);
+        self.key.copy_from_slice(&next[..]);
         self.epoch += 1;
     }
 
@@ -256,7 +287,9 @@ impl EpochKey {
 
     /// The key that signs the checkpoint written right after this epoch's seal.
     pub fn checkpoint_key(&self) -> MacKey {
-        MacKey(Zeroizing::new(hmac(&self.key, &[LABEL_CHECKPOINT])))
+        let mut key = Box::new(Zeroizing::new([0u8; 32]));
+        hmac_into(&self.key, &[LABEL_CHECKPOINT], &mut key);
+        MacKey(key)
     }
 }
 
@@ -319,9 +352,51 @@ pub fn key_export(keys_dir: &Path, out: &Path, remove: bool) -> Result<KeyId, Au
     }
     if remove {
         fs::remove_file(&key_path).map_err(|e| AuditError::io(&key_path, e))?;
+        // A writer that died between linking its temp file and removing it left a second
+        // name for the secret (or a copy of an unused one): remove those too.
+        for tmp in key_temp_files(keys_dir) {
+            fs::remove_file(&tmp).map_err(|e| AuditError::io(&tmp, e))?;
+        }
         fsx::fsync_dir(keys_dir)?;
     }
     Ok(secret.key_id())
+}
+
+/// Temp files `load_or_create` writes the secret to before linking it into place
+/// (`.install.key.<random>.tmp`). One left behind by a crash is a copy of a secret.
+pub fn key_temp_files(keys_dir: &Path) -> Vec<PathBuf> {
+    let prefix = format!(".{INSTALL_KEY_FILE}.");
+    let Ok(rd) = fs::read_dir(keys_dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = rd
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(&prefix) && name.ends_with(".tmp")
+        })
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Removes temp names that are hard links to the installed secret (a crash between the link
+/// and the removal). Temps of another inode may belong to a creator still racing; they are
+/// left to it (and to `key export --remove`).
+fn remove_linked_temps(keys_dir: &Path, installed: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = fs::symlink_metadata(installed) else {
+        return;
+    };
+    for tmp in key_temp_files(keys_dir) {
+        if fs::symlink_metadata(&tmp).is_ok_and(|m| {
+            m.file_type().is_file() && m.ino() == meta.ino() && m.dev() == meta.dev()
+        }) {
+            let _ = fs::remove_file(&tmp);
+        }
+    }
 }
 
 /// Where the install secret lives for a Garuda home folder.
@@ -336,15 +411,56 @@ mod tests {
     #[test]
     fn evolve_is_one_way_and_at_matches() {
         let s = InstallSecret::from_bytes([7; 32]);
-        let k0 = s.session_key("a");
+        let k0 = s.session_key("p", "a");
         let k3 = k0.at(3);
-        let mut k = s.session_key("a");
+        let mut k = s.session_key("p", "a");
         k.evolve();
         k.evolve();
         k.evolve();
         assert_eq!(k.bytes(), k3.bytes());
         assert_eq!(k.epoch(), 3);
-        assert_ne!(s.session_key("a").bytes(), s.session_key("b").bytes());
+        assert_ne!(
+            s.session_key("p", "a").bytes(),
+            s.session_key("p", "b").bytes()
+        );
+        // Bound to the project: the same session id in another project has other keys.
+        assert_ne!(
+            s.session_key("p", "a").bytes(),
+            s.session_key("q", "a").bytes()
+        );
+        assert_ne!(s.index_key("p", "a").bytes(), s.index_key("q", "a").bytes());
+    }
+
+    #[test]
+    fn hand_written_hmac_matches_the_hmac_crate() {
+        use hmac::{Hmac, Mac};
+        let key = [0x42u8; 32];
+        let mut m = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&key).unwrap();
+        m.update(b"ab");
+        m.update(b"cd");
+        let want: [u8; 32] = m.finalize().into_bytes().into();
+        assert_eq!(hmac(&key, &[b"ab", b"cd"]), want);
+    }
+
+    #[test]
+    fn a_leftover_temp_copy_of_the_secret_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys");
+        InstallSecret::load_or_create(&keys).unwrap();
+        // A crash between hard_link and remove_file: a second name for the secret.
+        let tmp = keys.join(".install.key.0011223344556677.tmp");
+        fs::hard_link(keys.join(INSTALL_KEY_FILE), &tmp).unwrap();
+        InstallSecret::load(&keys).unwrap().unwrap();
+        assert!(!tmp.exists(), "load leaves the linked temp copy");
+        // One of another inode (a copy) is removed by export --remove.
+        fs::copy(keys.join(INSTALL_KEY_FILE), &tmp).unwrap();
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(key_temp_files(&keys), vec![tmp.clone()]);
+        key_export(&keys, &dir.path().join("out.key"), true).unwrap();
+        assert!(
+            !tmp.exists(),
+            "export --remove leaves a temp copy of the secret"
+        );
     }
 
     #[test]

@@ -57,8 +57,12 @@
 //!   then rewrite anything consistently. Once the secret is exported and removed
 //!   ([`key_export`]), it can still delete or cut files, but not forge lines, seals,
 //!   checkpoints or index entries: every cut shows, except removing the newest sessions with
-//!   all their traces, which shows only as a folder ctime later than the last recorded write
-//!   (CHANGED_AFTER_WRITE, undecidable) — or through a witness.
+//!   all their traces (files, index and register lines), which shows only as a ctime later
+//!   than the last recorded write (CHANGED_AFTER_WRITE, undecidable) until the project's next
+//!   session records it in its first line (FOUND_AT_START, an error) — or through a witness.
+//!   A `<garuda_home>/audit.register.jsonl` records every session of every project with its
+//!   index head, so a deleted or rolled-back project folder shows; a new writer checks the
+//!   evidence with the secret before writing ([`events::StartEvent::found_at_start`]).
 //! - **Root, or anyone with the secret**: only a witness outside their reach detects a rewrite.
 //!
 //! # What verify can and cannot know
@@ -114,6 +118,7 @@ mod layout;
 pub mod line;
 pub mod merkle;
 pub mod redact;
+mod register;
 mod report;
 mod show;
 mod util;
@@ -142,6 +147,10 @@ pub use writer::{
 /// The session id the fuzz target's bytes are verified as.
 #[doc(hidden)]
 pub const FUZZ_SESSION: &str = "20260101T000000Z-00000000000000f0";
+
+/// The project folder name the fuzz seeds are written for.
+#[doc(hidden)]
+pub const FUZZ_PROJECT: &str = "fuzz-0000000000000000";
 
 /// The install secret of the fuzz seed corpus (public by design: the fuzzer must be able to
 /// reach the code behind a valid MAC).
@@ -195,7 +204,7 @@ pub fn fuzz_seed(events: usize, per_epoch: usize, close: bool) -> Vec<u8> {
     }
     let secret = fuzz_secret();
     let mut s = Seed {
-        key: secret.session_key(FUZZ_SESSION),
+        key: secret.session_key(FUZZ_PROJECT, FUZZ_SESSION),
         out: Vec::new(),
         buf: Vec::new(),
         prev: ZERO_HASH,
@@ -204,13 +213,15 @@ pub fn fuzz_seed(events: usize, per_epoch: usize, close: bool) -> Vec<u8> {
     };
     let start = serde_json::to_value(events::StartEvent {
         session: FUZZ_SESSION.into(),
-        project: "fuzz-0000000000000000".into(),
+        project: FUZZ_PROJECT.into(),
         key_id: hex(&secret.key_id()),
         checkpoints: false,
         witness: false,
         prev_session: None,
         recovered: Vec::new(),
         info: json!({"argv": ["garuda", "sandbox"]}),
+        register: None,
+        found_at_start: Vec::new(),
     })
     .unwrap_or_default();
     s.put(events::KIND_START, start);
@@ -243,7 +254,9 @@ pub fn exercise(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         if let Ok(note) = checkpoint::Note::parse(text) {
             if let Ok(cp) = checkpoint::Checkpoint::parse_text(&note.text) {
-                let key = keys[0].session_key(FUZZ_SESSION).at(cp.epoch.min(64));
+                let key = keys[0]
+                    .session_key(FUZZ_PROJECT, FUZZ_SESSION)
+                    .at(cp.epoch.min(64));
                 let _ = note.signed_by(&key.checkpoint_key());
             }
         }

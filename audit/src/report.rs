@@ -57,6 +57,13 @@ pub enum Code {
     WitnessUnavailable,
     /// A file could not be read.
     Unreadable,
+    /// A session's first line names another project than the folder it is in (a project
+    /// given another project's history).
+    ProjectMismatch,
+    /// A later session's writer found the evidence already damaged when it started, and
+    /// recorded it (MACed) in its first line: the damage stays reported even after the
+    /// evidence itself was rewritten or overwritten.
+    FoundAtStart,
 }
 
 impl Code {
@@ -84,6 +91,8 @@ impl Code {
             Code::ChangedAfterWrite => "CHANGED_AFTER_WRITE",
             Code::WitnessUnavailable => "WITNESS_UNAVAILABLE",
             Code::Unreadable => "UNREADABLE",
+            Code::ProjectMismatch => "PROJECT_MISMATCH",
+            Code::FoundAtStart => "FOUND_AT_START",
         }
     }
 }

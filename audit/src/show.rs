@@ -79,6 +79,10 @@ pub fn show(
         });
     }
     let path = project_dir.join(layout::log_file_name(session_id));
+    let project = project_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let mut f = fsx::open_read(&path).map_err(|e| AuditError::io(&path, e))?;
     let mut data = Vec::new();
     f.read_to_end(&mut data)
@@ -88,7 +92,7 @@ pub fn show(
         data.split(|&c| c == b'\n')
             .next()
             .and_then(line::split_mac)
-            .is_some_and(|(prefix, mac)| k.session_key(session_id).mac(prefix) == mac)
+            .is_some_and(|(prefix, mac)| k.session_key(&project, session_id).mac(prefix) == mac)
     });
     let Some(key) = key else {
         return Ok(Shown {
@@ -106,7 +110,7 @@ pub fn show(
             }),
         });
     };
-    let scan = scan_session(&path, session_id, &data, Some(key), true);
+    let scan = scan_session(&path, Some(&project), session_id, &data, Some(key), true);
     let stopped = scan
         .findings
         .into_iter()

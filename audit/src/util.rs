@@ -17,18 +17,43 @@ pub(crate) fn sha256(data: &[u8]) -> Hash {
 }
 
 /// HMAC-SHA256 with a 32-byte key over the concatenation of `parts`.
-///
-/// The key is zero-padded to the block size by hand: HMAC defines a short key exactly that
-/// way, and doing it here leaves no fallible constructor (and no `unwrap`) on the path.
 pub(crate) fn hmac(key: &[u8; 32], parts: &[&[u8]]) -> Hash {
-    let mut mac = keyed(key);
-    for part in parts {
-        mac.update(part);
+    let mut out = [0u8; 32];
+    hmac_into(key, parts, &mut out);
+    out
+}
+
+/// HMAC-SHA256 (RFC 2104) computed by hand on SHA-256, writing the tag into `out`.
+///
+/// Done by hand rather than with the `hmac` crate so that the writer's key material does not
+/// linger: the padded key blocks and the inner hash live in zeroized buffers, and each hash
+/// state is reset (overwritten with the initial value, in place) right after it finishes, so
+/// the key's ipad/opad midstates do not stay in dropped memory. (Register and stack copies
+/// made inside the SHA-256 compression function cannot be reached from safe Rust; see
+/// docs/audit.md.) A short key is zero-padded to the block size, exactly as HMAC defines it.
+pub(crate) fn hmac_into(key: &[u8; 32], parts: &[&[u8]], out: &mut [u8; 32]) {
+    use sha2::digest::generic_array::GenericArray;
+    let mut block = zeroize::Zeroizing::new([0x36u8; 64]);
+    for (b, k) in block.iter_mut().zip(key.iter()) {
+        *b ^= k;
     }
-    mac.finalize().into_bytes().into()
+    let mut inner_out = zeroize::Zeroizing::new([0u8; 32]);
+    let mut h = Sha256::new();
+    h.update(&block[..]);
+    for part in parts {
+        h.update(part);
+    }
+    h.finalize_into_reset(GenericArray::from_mut_slice(&mut inner_out[..]));
+    for b in block.iter_mut() {
+        *b ^= 0x36 ^ 0x5c;
+    }
+    h.update(&block[..]);
+    h.update(&inner_out[..]);
+    h.finalize_into_reset(GenericArray::from_mut_slice(&mut out[..]));
 }
 
 /// A keyed HMAC state, ready to be cloned per message (saves the key schedule per line).
+/// Verify only: the `hmac` crate does not zeroize its state.
 pub(crate) fn keyed(key: &[u8; 32]) -> Hmac<Sha256> {
     let mut block = [0u8; 64];
     block[..32].copy_from_slice(key);

@@ -21,8 +21,8 @@ use sha2::Sha256;
 
 use crate::checkpoint::{self, Checkpoint, Note};
 use crate::events::{
-    Attest, AttestState, IndexCloseEvent, IndexStartEvent, SealEvent, StartEvent, KIND_END,
-    KIND_SEAL, KIND_START,
+    Attest, AttestState, IndexCloseEvent, IndexStartEvent, SealEvent, StartEvent, INDEX_START,
+    KIND_END, KIND_SEAL, KIND_START,
 };
 use crate::fsx;
 use crate::index::{parse_event, IndexEvent};
@@ -31,6 +31,7 @@ use crate::keys::{EpochKey, InstallSecret, KeyId, INSTALL_KEY_FILE};
 use crate::layout::{self, split_lines, INDEX_FILE};
 use crate::line::{self, MAX_LINE_BYTES};
 use crate::merkle::{leaf_hash, root_of, Compact};
+use crate::register::{check_register, index_against_register, register_path, RegisterInfo};
 use crate::report::{Code, Coverage, Finding, Report, SessionSummary, Severity};
 use crate::util::{ct_eq, finish, hex, keyed, parse_hex32, sha256, Hash, ZERO_HASH};
 use crate::witness::{self, WitnessConfig};
@@ -292,15 +293,27 @@ fn classify<'a>(bytes: &'a [u8], pre: &Pre, macs: &mut EpochMacs, expected: u64)
 }
 
 /// Verifies one session file's content line by line.
+///
+/// `project` is the folder name the session must belong to; `None` (bytes verified on their
+/// own) takes the project the first line claims, for the key only.
 pub(crate) fn scan_session(
     file: &Path,
+    project: Option<&str>,
     session_id: &str,
     data: &[u8],
     key: Option<&InstallSecret>,
     collect: bool,
 ) -> Scan {
     let (lines, torn) = split_lines(data);
-    let k0 = key.map(|k| k.session_key(session_id));
+    let claimed;
+    let key_project = match project {
+        Some(p) => p,
+        None => {
+            claimed = claimed_project(data);
+            claimed.as_str()
+        }
+    };
+    let k0 = key.map(|k| k.session_key(key_project, session_id));
     let pres = precheck_all(&lines, k0.as_ref());
     let mut scan = Scan {
         lines: lines.len() as u64,
@@ -433,7 +446,18 @@ pub(crate) fn scan_session(
                         match json::parse(h.event).and_then(|v| {
                             serde_json::from_value::<StartEvent>(v).map_err(|e| e.to_string())
                         }) {
-                            Ok(ev) if ev.session == session_id => scan.start = Some(ev),
+                            Ok(ev) if ev.session == session_id => {
+                                if project.is_some_and(|p| p != ev.project) {
+                                    scan.findings.push(f(
+                                        Code::ProjectMismatch,
+                                        format!(
+                                            "the session was written for project {:?}, not for this folder: another project's history?",
+                                            ev.project
+                                        ),
+                                    ));
+                                }
+                                scan.start = Some(ev);
+                            }
                             Ok(ev) => scan.findings.push(f(
                                 Code::Malformed,
                                 format!(
@@ -526,7 +550,21 @@ pub(crate) fn scan_session(
             scan.seals.insert(line_no, (e, compact.root()));
         }
     }
-    if let Some((offset, rest)) = torn {
+    if let Some((offset, rest)) = torn.filter(|_| scan.closed_at == Some(scan.lines)) {
+        // A closed session writes nothing after its final seal: no crash explains these.
+        scan.findings.push(
+            Finding::new(
+                file,
+                Code::AfterEnd,
+                Severity::Error,
+                format!(
+                    "{} byte(s) after the closed session's final seal",
+                    rest.len()
+                ),
+            )
+            .at(Some(offset), scan.lines + 1),
+        );
+    } else if let Some((offset, rest)) = torn {
         scan.findings.push(
             Finding::new(
                 file,
@@ -553,11 +591,23 @@ impl Scan {
     }
 }
 
+/// The project a session file's first line claims (unauthenticated; empty if none).
+fn claimed_project(data: &[u8]) -> String {
+    let first = data.split(|&c| c == b'\n').next().unwrap_or(b"");
+    line::split_mac(first)
+        .and_then(|(prefix, _)| line::parse_header(prefix))
+        .and_then(|h| json::parse(h.event).ok())
+        .and_then(|v| v.get("project").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// Verifies bytes as the content of session `session_id` (the fuzz target's entry point).
+/// With no folder to compare with, the key is derived for the project the first line claims.
 pub fn verify_session_bytes(session_id: &str, data: &[u8], keys: &[InstallSecret]) -> Vec<Finding> {
     let file = PathBuf::from(layout::log_file_name(session_id));
-    let key = pick_key(session_id, data, keys, None);
-    let mut scan = scan_session(&file, session_id, data, key.ok().flatten(), false);
+    let project = claimed_project(data);
+    let key = pick_key(&project, session_id, data, keys, None);
+    let mut scan = scan_session(&file, None, session_id, data, key.ok().flatten(), false);
     if key.is_err() {
         scan.findings.push(Finding::new(
             &file,
@@ -573,6 +623,7 @@ pub fn verify_session_bytes(session_id: &str, data: &[u8], keys: &[InstallSecret
 /// the one the (authentic) index or the first line names; else, with a single key, that one.
 /// `Err(())`: the session is under a key we do not have.
 fn pick_key<'k>(
+    project: &str,
     session_id: &str,
     data: &[u8],
     keys: &'k [InstallSecret],
@@ -585,7 +636,7 @@ fn pick_key<'k>(
     let split = line::split_mac(first);
     if let Some((prefix, mac)) = split {
         for k in keys {
-            if ct_eq(&k.session_key(session_id).mac(prefix), &mac) {
+            if ct_eq(&k.session_key(project, session_id).mac(prefix), &mac) {
                 return Ok(Some(k));
             }
         }
@@ -630,9 +681,23 @@ pub fn verify(opts: &VerifyOptions) -> Report {
         }
     };
     let mut witnessed_all = opts.witness.is_some();
+    let root = match &opts.target {
+        VerifyTarget::Project(dir) => dir.parent().map(Path::to_path_buf),
+        VerifyTarget::All(root) => Some(root.clone()),
+    };
+    let reg_path = root
+        .as_deref()
+        .map_or_else(|| register_path(Path::new("audit")), register_path);
+    let reg = root
+        .as_deref()
+        .and_then(|r| load_register(r, opts, uid, &mut report.findings));
+    let reg_ctx = RegCtx {
+        path: &reg_path,
+        info: reg.as_ref(),
+    };
     match &opts.target {
         VerifyTarget::Project(dir) => {
-            witnessed_all &= verify_project(dir, opts, uid, &mut report);
+            witnessed_all &= verify_project(dir, opts, uid, &reg_ctx, &mut report);
         }
         VerifyTarget::All(root) => {
             check_meta(root, true, uid, &mut report.findings);
@@ -662,7 +727,23 @@ pub fn verify(opts: &VerifyOptions) -> Report {
                 .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
                 .collect();
             for d in &dirs {
-                witnessed_all &= verify_project(d, opts, uid, &mut report);
+                witnessed_all &= verify_project(d, opts, uid, &reg_ctx, &mut report);
+            }
+            if let Some(reg) = &reg {
+                let mut gone: Vec<&String> =
+                    reg.last.keys().filter(|p| !local.contains(*p)).collect();
+                gone.sort();
+                for p in gone {
+                    report.findings.push(Finding::new(
+                        &root.join(p),
+                        Code::FileMissing,
+                        Severity::Error,
+                        format!(
+                            "the register records sessions of project {p} (the last one {}), whose audit folder is gone",
+                            reg.last.get(p).map_or("", |e| e.session.as_str())
+                        ),
+                    ));
+                }
             }
             if let Some(w) = &opts.witness {
                 match witness::list(w, checkpoint::ORIGIN_PREFIX) {
@@ -696,6 +777,50 @@ pub fn verify(opts: &VerifyOptions) -> Report {
     }
     report.coverage = coverage(opts, &report, witnessed_all);
     report
+}
+
+/// The register, and where it is.
+struct RegCtx<'a> {
+    path: &'a Path,
+    /// `None`: there is no register (or it could not be read; that is reported).
+    info: Option<&'a RegisterInfo>,
+}
+
+/// Reads and checks the install-wide register, and compares the audit root's and the
+/// register's ctime with its last recorded write (a removed project folder, or the whole
+/// audit folder swapped for an older copy, changes the root's ctime).
+fn load_register(
+    root: &Path,
+    opts: &VerifyOptions,
+    uid: u32,
+    findings: &mut Vec<Finding>,
+) -> Option<RegisterInfo> {
+    let root_meta = fs::symlink_metadata(root).ok();
+    let path = register_path(root);
+    let reg_meta = fs::symlink_metadata(&path).ok();
+    check_meta(&path, false, uid, findings);
+    let data = read_nofollow(&path, findings)??;
+    let info = check_register(&path, &data, &opts.keys, false, findings);
+    let slack = u64::try_from(opts.ctime_slack.as_millis()).unwrap_or(u64::MAX);
+    if let Some(t) = info.last_time_ms {
+        for (p, meta) in [(root, &root_meta), (path.as_path(), &reg_meta)] {
+            if let Some(meta) = meta {
+                let c = fsx::ctime_ms(meta);
+                if c > t.saturating_add(slack) {
+                    findings.push(Finding::new(
+                        p,
+                        Code::ChangedAfterWrite,
+                        Severity::Undecidable,
+                        format!(
+                            "changed {} ms after the register's last entry: a project folder removed or renamed, the audit folder replaced by a copy, or register lines cut?",
+                            c - t
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Some(info)
 }
 
 fn check_meta(path: &Path, dir: bool, uid: u32, findings: &mut Vec<Finding>) -> bool {
@@ -760,21 +885,31 @@ fn read_nofollow(path: &Path, findings: &mut Vec<Finding>) -> Option<Option<Vec<
 }
 
 /// An authentic index line's evidence.
-struct IndexInfo {
+pub(crate) struct IndexInfo {
+    /// SHA-256 of every complete line.
+    pub line_hashes: Vec<Hash>,
     /// Sessions named by any readable start line, authentic or not.
     mentioned: HashSet<String>,
-    starts: Vec<(u64, IndexStartEvent)>,
-    closes: HashMap<String, (u64, IndexCloseEvent)>,
-    last_time_ms: Option<u64>,
+    pub starts: Vec<(u64, IndexStartEvent)>,
+    pub closes: HashMap<String, (u64, IndexCloseEvent)>,
+    pub last_time_ms: Option<u64>,
 }
 
-fn verify_index(
+/// Checks a project index's chain and MACs (also used by the writer at `open`).
+///
+/// `accept_unknown_keys`: collect lines under keys not given as if authentic (still reported
+/// KEY_UNKNOWN). The writer does so: it holds only the current secret, and lines under an
+/// exported one cannot be forged either; an edit to one is BAD_MAC for verify with that key.
+pub(crate) fn verify_index(
     path: &Path,
+    project: &str,
     data: &[u8],
     keys: &[InstallSecret],
+    accept_unknown_keys: bool,
     findings: &mut Vec<Finding>,
 ) -> IndexInfo {
     let mut info = IndexInfo {
+        line_hashes: Vec::new(),
         mentioned: HashSet::new(),
         starts: Vec::new(),
         closes: HashMap::new(),
@@ -788,6 +923,7 @@ fn verify_index(
         let line_no = i as u64 + 1;
         let offset = Some(*offset);
         let hash = sha256(bytes);
+        info.line_hashes.push(hash);
         let parsed = line::split_mac(bytes)
             .and_then(|(prefix, mac)| line::parse_header(prefix).map(|h| (prefix, mac, h)));
         let mut bad = true;
@@ -825,9 +961,10 @@ fn verify_index(
                             IndexEvent::Close(c) => c.key_id.as_str(),
                         };
                         let authentic = layout::valid_session_id(ev.session())
-                            && keys
-                                .iter()
-                                .any(|k| ct_eq(&k.index_key(ev.session()).mac(prefix), &mac));
+                            && keys.iter().any(|k| {
+                                ct_eq(&k.index_key(project, ev.session()).mac(prefix), &mac)
+                            });
+                        let mut usable = authentic;
                         if !authentic {
                             if keys.iter().any(|k| hex(&k.key_id()) == claimed_key) {
                                 findings.push(f(
@@ -844,8 +981,10 @@ fn verify_index(
                                         ev.session()
                                     ),
                                 ));
+                                usable = accept_unknown_keys;
                             }
-                        } else {
+                        }
+                        if usable {
                             bad = false;
                             if h.seq != next_seq {
                                 findings.push(f(
@@ -920,7 +1059,13 @@ struct SessionState {
 }
 
 /// Verifies one project folder; returns whether a witness agreed with every session's end.
-fn verify_project(dir: &Path, opts: &VerifyOptions, uid: u32, report: &mut Report) -> bool {
+fn verify_project(
+    dir: &Path,
+    opts: &VerifyOptions,
+    uid: u32,
+    reg: &RegCtx<'_>,
+    report: &mut Report,
+) -> bool {
     let findings = &mut report.findings;
     let dir_name = dir
         .file_name()
@@ -932,12 +1077,23 @@ fn verify_project(dir: &Path, opts: &VerifyOptions, uid: u32, report: &mut Repor
     let index_meta = fs::symlink_metadata(&index_path).ok();
     match &dir_meta {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            findings.push(Finding::new(
-                dir,
-                Code::FileMissing,
-                Severity::Undecidable,
-                "no audit folder for this project",
-            ));
+            match reg.info.and_then(|r| r.last.get(&dir_name)) {
+                Some(rec) => findings.push(Finding::new(
+                    dir,
+                    Code::FileMissing,
+                    Severity::Error,
+                    format!(
+                        "the register records sessions of this project (the last one {}), but its audit folder is gone",
+                        rec.session
+                    ),
+                )),
+                None => findings.push(Finding::new(
+                    dir,
+                    Code::FileMissing,
+                    Severity::Undecidable,
+                    "no audit folder for this project",
+                )),
+            }
             return false;
         }
         _ => {}
@@ -992,7 +1148,14 @@ fn verify_project(dir: &Path, opts: &VerifyOptions, uid: u32, report: &mut Repor
     // The index.
     check_meta(&index_path, false, uid, findings);
     let index = match read_nofollow(&index_path, findings) {
-        Some(Some(data)) => Some(verify_index(&index_path, &data, &opts.keys, findings)),
+        Some(Some(data)) => Some(verify_index(
+            &index_path,
+            &dir_name,
+            &data,
+            &opts.keys,
+            false,
+            findings,
+        )),
         Some(None) => {
             if !logs.is_empty() || !ckpts.is_empty() {
                 findings.push(Finding::new(
@@ -1007,12 +1170,18 @@ fn verify_project(dir: &Path, opts: &VerifyOptions, uid: u32, report: &mut Repor
         None => None,
     };
     let empty_index = IndexInfo {
+        line_hashes: Vec::new(),
         mentioned: HashSet::new(),
         starts: Vec::new(),
         closes: HashMap::new(),
         last_time_ms: None,
     };
     let index = index.unwrap_or(empty_index);
+    if let Some(rec) = reg.info.and_then(|r| r.last.get(&dir_name)) {
+        if let Some(f) = index_against_register(&index_path, &index.line_hashes, rec) {
+            findings.push(f);
+        }
+    }
 
     // Sessions: index order first, then files the index does not know.
     let mut order: Vec<String> = Vec::new();
@@ -1066,14 +1235,19 @@ fn verify_project(dir: &Path, opts: &VerifyOptions, uid: u32, report: &mut Repor
         };
         if let Some(Some(data)) = read_nofollow(&path, findings) {
             st.exists = true;
-            if let Ok(f) = fsx::open_read(&path) {
-                if let Err(fs::TryLockError::WouldBlock) = f.try_lock_shared() {
-                    st.live = true;
-                } else {
-                    let _ = f.unlock();
+            // A lock means a running writer only for a session that is not closed: a closed
+            // session has no writer, whoever holds a lock on its file.
+            if !index.closes.contains_key(id) {
+                if let Ok(f) = fsx::open_read(&path) {
+                    if let Err(fs::TryLockError::WouldBlock) = f.try_lock_shared() {
+                        st.live = true;
+                    } else {
+                        let _ = f.unlock();
+                    }
                 }
             }
             match pick_key(
+                &dir_name,
                 id,
                 &data,
                 &opts.keys,
@@ -1081,7 +1255,7 @@ fn verify_project(dir: &Path, opts: &VerifyOptions, uid: u32, report: &mut Repor
             ) {
                 Ok(key) => {
                     st.key_id = key.map(InstallSecret::key_id);
-                    let scan = scan_session(&path, id, &data, key, false);
+                    let scan = scan_session(&path, Some(&dir_name), id, &data, key, false);
                     st.scan = Some(scan);
                 }
                 Err(()) => {
@@ -1091,7 +1265,7 @@ fn verify_project(dir: &Path, opts: &VerifyOptions, uid: u32, report: &mut Repor
                         Severity::Undecidable,
                         "none of the given keys is this session's (verify it with --key and the exported key)",
                     ));
-                    st.scan = Some(scan_session(&path, id, &data, None, false));
+                    st.scan = Some(scan_session(&path, Some(&dir_name), id, &data, None, false));
                 }
             }
         } else if fs::symlink_metadata(&path).is_ok() {
@@ -1109,6 +1283,73 @@ fn verify_project(dir: &Path, opts: &VerifyOptions, uid: u32, report: &mut Repor
         .map(|(i, s)| (s.id.clone(), i))
         .collect();
 
+    // What each session's first line says about the register, and what its writer found.
+    for st in &states {
+        let Some(start) = st.scan.as_ref().and_then(|s| s.start.as_ref()) else {
+            continue;
+        };
+        for p in &start.found_at_start {
+            findings.push(
+                Finding::new(
+                    &st.path,
+                    Code::FoundAtStart,
+                    Severity::Error,
+                    format!(
+                        "when this session started, its writer found {} at {}: {}",
+                        p.code, p.file, p.detail
+                    ),
+                )
+                .at(Some(0), 1),
+            );
+        }
+        let Some(n) = start.register else { continue };
+        match reg.info {
+            None => findings.push(Finding::new(
+                reg.path,
+                Code::FileMissing,
+                Severity::Error,
+                format!(
+                    "session {} records its start as register line {}, but there is no register",
+                    st.id,
+                    n + 1
+                ),
+            )),
+            Some(r) if n >= r.lines => findings.push(
+                Finding::new(
+                    reg.path,
+                    Code::Truncated,
+                    Severity::Error,
+                    format!(
+                        "session {} records its start as register line {}; the register has {} line(s)",
+                        st.id,
+                        n + 1,
+                        r.lines
+                    ),
+                )
+                .at(None, r.lines + 1),
+            ),
+            Some(r) => {
+                if let Some((kind, project, session)) = r.by_seq.get(&n) {
+                    if kind != INDEX_START || *project != dir_name || *session != st.id {
+                        findings.push(
+                            Finding::new(
+                                reg.path,
+                                Code::RootMismatch,
+                                Severity::Error,
+                                format!(
+                                    "register line {} is not the start of session {} of {dir_name}, as that session records",
+                                    n + 1,
+                                    st.id
+                                ),
+                            )
+                            .at(None, n + 1),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     // Checkpoints.
     for st in &mut states {
         let ckpt_path = dir.join(layout::ckpt_file_name(&st.id));
@@ -1124,15 +1365,23 @@ fn verify_project(dir: &Path, opts: &VerifyOptions, uid: u32, report: &mut Repor
             Some(Some(data)) => check_checkpoint(&ckpt_path, &data, &dir_name, st, key, findings),
             Some(None) => {
                 if let Some(scan) = &st.scan {
-                    if wants_ckpt && scan.ckpt_min > 0 && st.key_id.is_some() {
+                    // The writer publishes a checkpoint after every seal before it writes
+                    // anything else, and before the index close entry: a session closed in the
+                    // index, or with a line after a seal, had one.
+                    let closed_in_index = index.closes.contains_key(&st.id);
+                    if wants_ckpt
+                        && (scan.ckpt_min > 0 || closed_in_index)
+                        && !scan.seals.is_empty()
+                        && st.key_id.is_some()
+                    {
                         findings.push(
                             Finding::new(
                                 &ckpt_path,
                                 Code::FileMissing,
                                 Severity::Error,
                                 format!(
-                                    "checkpoints are on and the log continues after the seal at line {}, yet there is no checkpoint",
-                                    scan.ckpt_min
+                                    "checkpoints are on and the session has {} seal(s) (closed, or continued after one), yet there is no checkpoint",
+                                    scan.seals.len()
                                 ),
                             ),
                         );
@@ -1419,7 +1668,9 @@ fn verify_project(dir: &Path, opts: &VerifyOptions, uid: u32, report: &mut Repor
         .flatten()
         .max();
     let slack = u64::try_from(opts.ctime_slack.as_millis()).unwrap_or(u64::MAX);
-    if !states.iter().any(|s| s.live) {
+    // Never skipped: a lock on a file proves nothing (anyone can take one), and a running
+    // writer's own writes are recorded (read after these ctimes were taken).
+    {
         if let (Ok(meta), Some(t)) = (&dir_meta, recorded) {
             let c = fsx::ctime_ms(meta);
             if c > t.saturating_add(slack) {
@@ -1587,7 +1838,10 @@ fn check_checkpoint(
         findings.push(bad(format!("epoch {} is implausible", cp.epoch)));
         return;
     }
-    let ckey = key.session_key(&st.id).at(cp.epoch).checkpoint_key();
+    let ckey = key
+        .session_key(dir_name, &st.id)
+        .at(cp.epoch)
+        .checkpoint_key();
     if !note.signed_by(&ckey) {
         findings.push(bad(
             "the signature does not verify: the checkpoint was forged or edited".into(),
@@ -1672,8 +1926,21 @@ fn coverage(opts: &VerifyOptions, report: &Report, witnessed_all: bool) -> Cover
             })),
         }
     });
+    // A second copy of the secret left by a crash while it was created counts as on disk.
+    let on_disk = match (on_disk, &opts.keys_dir) {
+        (Some(false), Some(d)) if !crate::keys::key_temp_files(d).is_empty() => Some(true),
+        (x, _) => x,
+    };
     let same_user = match on_disk {
-        Some(false) => true,
+        // Without the secret such a process cannot forge anything, but it can still remove
+        // the newest sessions with every local trace (only ctimes show that, and a restored
+        // copy of the whole folder shows only as "cannot tell"): only a witness holding the
+        // newest state rules that out.
+        Some(false) if witnessed_all => true,
+        Some(false) => {
+            notes.push("the install secret is off disk, so a process with your rights cannot forge lines; but without a witness holding every session's final checkpoint it can still remove the newest session(s) with their index and register entries, which shows only as CHANGED_AFTER_WRITE (ctimes) until the next session records it".into());
+            false
+        }
         Some(true) => {
             notes.push(format!(
                 "the install secret of these sessions is on disk ({}): a process with your rights could have rewritten them consistently; `garuda audit key export --remove` moves it off",
@@ -1692,9 +1959,6 @@ fn coverage(opts: &VerifyOptions, report: &Report, witnessed_all: bool) -> Cover
             false
         }
     };
-    if same_user && opts.witness.is_none() {
-        notes.push("without a witness, removing the newest session(s) together with their index entries shows only as CHANGED_AFTER_WRITE (folder ctime), which root can defeat".into());
-    }
     if opts.witness.is_none() {
         notes.push("no witness: root, or anyone holding the secret, can rewrite the log together with all local evidence".into());
     } else if !witnessed_all {

@@ -487,7 +487,7 @@ mod tests {
 
     fn note(tree: &Tree, size: u64) -> String {
         let key = InstallSecret::from_bytes([2; 32])
-            .session_key("s")
+            .session_key("p", "s")
             .checkpoint_key();
         Checkpoint {
             origin: "garuda.audit/p-0123456789abcdef/s".into(),

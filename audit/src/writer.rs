@@ -12,8 +12,9 @@ use serde_json::{json, Value};
 use crate::checkpoint::{self, Checkpoint};
 use crate::error::AuditError;
 use crate::events::{
-    head_hex, Attest, AttestState, IndexCloseEvent, IndexStartEvent, SealEvent, StartEvent,
-    INDEX_CLOSE, INDEX_START, KIND_END, KIND_SEAL, KIND_START, RESERVED_KINDS,
+    head_hex, Attest, AttestState, IndexCloseEvent, IndexStartEvent, Problem, RegisterEvent,
+    SealEvent, StartEvent, INDEX_CLOSE, INDEX_START, KIND_END, KIND_SEAL, KIND_START,
+    RESERVED_KINDS,
 };
 use crate::fsx;
 use crate::index::{IndexEvent, LockedIndex};
@@ -22,6 +23,8 @@ use crate::layout::{self, ckpt_file_name, log_file_name};
 use crate::line::{self, NewLine, MAX_LINE_BYTES};
 use crate::merkle::{leaf_hash, Compact, Tree};
 use crate::redact::redact_value;
+use crate::register::{check_register, index_against_register, register_path};
+use crate::report::{Finding, Severity};
 use crate::util::{hex, now_ms, sha256, Hash, ZERO_HASH};
 use crate::witness::{self, Answer, WitnessConfig};
 
@@ -98,6 +101,9 @@ pub struct SessionWriter {
     file: File,
     key: EpochKey,
     index_key: MacKey,
+    register_key: MacKey,
+    reg_path: PathBuf,
+    project: String,
     key_id: String,
     checkpoints: bool,
     witness: Option<WitnessConfig>,
@@ -150,17 +156,40 @@ impl SessionWriter {
         let secret = InstallSecret::load_or_create(&cfg.keys_dir)?;
         fsx::ensure_private_dir(&cfg.audit_root, uid)?;
         let dir = layout::project_audit_dir(&cfg.audit_root, &cfg.project_root)?;
-        fsx::ensure_private_dir(&dir, uid)?;
         let dir_name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        // The ctimes before anything here is created or written: what the survey compares.
+        let reg_path = register_path(&cfg.audit_root);
+        let before = Before {
+            root: std::fs::symlink_metadata(&cfg.audit_root).ok(),
+            register: std::fs::symlink_metadata(&reg_path).ok(),
+            dir: std::fs::symlink_metadata(&dir).ok(),
+            index: std::fs::symlink_metadata(dir.join(layout::INDEX_FILE)).ok(),
+        };
+        fsx::ensure_private_dir(&dir, uid)?;
         let id = layout::new_session_id()?;
 
+        // Lock order, everywhere: the project index, then the register.
         let mut index = LockedIndex::open(&dir, uid, cfg.fsync)?;
+        let mut register = LockedIndex::open_path(reg_path.clone(), uid, cfg.fsync)?;
+        let found_at_start = survey(
+            &Survey {
+                root: &cfg.audit_root,
+                reg_path: &reg_path,
+                dir: &dir,
+                dir_name: &dir_name,
+                before: &before,
+            },
+            &index,
+            &register,
+            &secret,
+        );
         let (prev_session, recovered) = attest_others(&dir, &index.events);
         let key_id = hex(&secret.key_id());
-        let index_key = secret.index_key(&id);
+        let index_key = secret.index_key(&dir_name, &id);
+        let register_key = secret.register_key(&dir_name, &id);
         index.append(
             INDEX_START,
             &to_value(&IndexStartEvent {
@@ -173,6 +202,20 @@ impl SessionWriter {
             &index_key,
             cfg.fsync,
         )?;
+        let register_seq = register.lines();
+        register.append(
+            INDEX_START,
+            &to_value(&RegisterEvent {
+                project: dir_name.clone(),
+                session: id.clone(),
+                key_id: key_id.clone(),
+                index_lines: index.lines(),
+                index_head: hex(&index.head()),
+            }),
+            &register_key,
+            cfg.fsync,
+        )?;
+        drop(register);
 
         let path = dir.join(log_file_name(&id));
         let file = fsx::create_new_append(&path, uid)?;
@@ -195,8 +238,11 @@ impl SessionWriter {
             dir: dir.clone(),
             path,
             file,
-            key: secret.session_key(&id),
+            key: secret.session_key(&dir_name, &id),
             index_key,
+            register_key,
+            reg_path,
+            project: dir_name.clone(),
             key_id: key_id.clone(),
             id: id.clone(),
             checkpoints: cfg.checkpoints,
@@ -215,6 +261,8 @@ impl SessionWriter {
             buf: Vec::with_capacity(1024),
         };
         drop(secret);
+        // The derivations above ran in deeper frames, now dead: overwrite them.
+        wipe_stack();
         let mut info = start;
         redact_value(&mut info);
         let ev = to_value(&StartEvent {
@@ -226,6 +274,8 @@ impl SessionWriter {
             prev_session,
             recovered,
             info,
+            register: Some(register_seq),
+            found_at_start,
         });
         w.write_line(KIND_START, &ev)?;
         w.epoch_lines += 1;
@@ -308,6 +358,19 @@ impl SessionWriter {
                     root: hex(&w.compact.root()),
                 }),
                 &w.index_key,
+                w.fsync,
+            )?;
+            let mut register = LockedIndex::open_path(w.reg_path.clone(), w.uid, w.fsync)?;
+            register.append(
+                INDEX_CLOSE,
+                &to_value(&RegisterEvent {
+                    project: w.project.clone(),
+                    session: w.id.clone(),
+                    key_id: w.key_id.clone(),
+                    index_lines: index.lines(),
+                    index_head: hex(&index.head()),
+                }),
+                &w.register_key,
                 w.fsync,
             )?;
             Ok(())
@@ -433,6 +496,7 @@ impl SessionWriter {
             (cp.sign(&self.key.checkpoint_key()), self.seq)
         });
         self.key.evolve();
+        wipe_stack();
         self.epoch_lines = 0;
         Ok(note)
     }
@@ -600,4 +664,235 @@ fn inspect(path: &Path) -> (AttestState, u64, Hash) {
     }
     let (lines, head) = layout::head_of(&data);
     (AttestState::Recovered, lines, head)
+}
+
+/// Metadata taken before the writer touched anything.
+struct Before {
+    root: Option<std::fs::Metadata>,
+    register: Option<std::fs::Metadata>,
+    dir: Option<std::fs::Metadata>,
+    index: Option<std::fs::Metadata>,
+}
+
+struct Survey<'a> {
+    root: &'a Path,
+    reg_path: &'a Path,
+    dir: &'a Path,
+    dir_name: &'a str,
+    before: &'a Before,
+}
+
+fn problem_of(f: &Finding) -> Problem {
+    let at = f.line.map(|l| format!(" (line {l})")).unwrap_or_default();
+    Problem {
+        code: f.code.as_str().to_string(),
+        file: f.file.display().to_string(),
+        detail: format!("{}{at}", f.message),
+    }
+}
+
+/// What a new writer checks before it writes anything, with the install secret it holds:
+/// the register's and the index's MACs and chain, the project's index against the register,
+/// ctimes against the last recorded writes, and the previous session's file against its
+/// close entry. Every error found is recorded in the new session's (MACed) first line, so
+/// that rewriting the evidence afterwards cannot make the damage disappear.
+fn survey(
+    s: &Survey<'_>,
+    index: &LockedIndex,
+    register: &LockedIndex,
+    secret: &InstallSecret,
+) -> Vec<Problem> {
+    let slack = u64::try_from(crate::verify::DEFAULT_CTIME_SLACK.as_millis()).unwrap_or(u64::MAX);
+    let keys = std::slice::from_ref(secret);
+    let mut found: Vec<Finding> = Vec::new();
+    let late = |path: &Path, meta: &Option<std::fs::Metadata>, t: Option<u64>, what: &str| {
+        let (Some(meta), Some(t)) = (meta, t) else {
+            return None;
+        };
+        let c = fsx::ctime_ms(meta);
+        (c > t.saturating_add(slack)).then(|| {
+            Finding::new(
+                path,
+                crate::Code::ChangedAfterWrite,
+                Severity::Error,
+                format!("changed {} ms after {what}", c - t),
+            )
+        })
+    };
+
+    // The register.
+    let reg = check_register(s.reg_path, &register.data, keys, true, &mut found);
+    found.extend(late(
+        s.root,
+        &s.before.root,
+        reg.last_time_ms,
+        "the register's last entry",
+    ));
+    found.extend(late(
+        s.reg_path,
+        &s.before.register,
+        reg.last_time_ms,
+        "its last entry",
+    ));
+
+    // The index, and the index against the register.
+    let index_path = s.dir.join(layout::INDEX_FILE);
+    let idx =
+        crate::verify::verify_index(&index_path, s.dir_name, &index.data, keys, true, &mut found);
+    if let Some(rec) = reg.last.get(s.dir_name) {
+        if s.before.dir.is_none() {
+            found.push(Finding::new(
+                s.dir,
+                crate::Code::FileMissing,
+                Severity::Error,
+                format!(
+                    "the register records sessions of this project (the last one {}), but its audit folder was gone",
+                    rec.session
+                ),
+            ));
+        } else {
+            found.extend(index_against_register(&index_path, &idx.line_hashes, rec));
+        }
+    }
+    found.extend(late(
+        &index_path,
+        &s.before.index,
+        idx.last_time_ms,
+        "the index's last entry",
+    ));
+
+    // The folder: every write in it is followed by a recorded line, except a running or dead
+    // writer's last checkpoint; running writers make the comparison meaningless (it is left
+    // to verify), dead ones' last lines count as recorded.
+    let mut recorded = idx.last_time_ms;
+    let mut live = false;
+    let settled: HashSet<&str> = idx
+        .starts
+        .iter()
+        .flat_map(|(_, st)| st.prev_session.iter().chain(st.recovered.iter()))
+        .filter(|a| matches!(a.state, AttestState::Recovered | AttestState::Missing))
+        .map(|a| a.session.as_str())
+        .collect();
+    for (_, st) in &idx.starts {
+        if idx.closes.contains_key(&st.session) || settled.contains(st.session.as_str()) {
+            continue;
+        }
+        if !layout::valid_session_id(&st.session) {
+            continue;
+        }
+        let Ok(f) = fsx::open_read(&s.dir.join(log_file_name(&st.session))) else {
+            continue;
+        };
+        if let Err(std::fs::TryLockError::WouldBlock) = f.try_lock_shared() {
+            live = true;
+            continue;
+        }
+        let mut data = Vec::new();
+        let _ = io::Read::read_to_end(&mut &f, &mut data);
+        let _ = f.unlock();
+        if let Some(t) = last_line_time(&data) {
+            recorded = Some(recorded.map_or(t, |r: u64| r.max(t)));
+        }
+    }
+    if !live {
+        found.extend(late(
+            s.dir,
+            &s.before.dir,
+            recorded,
+            "the last write Garuda recorded in it",
+        ));
+    }
+
+    // The previous session, if the index says it closed: its file must end where it says.
+    if let Some((_, last)) = idx.starts.last() {
+        if let Some((_, c)) = idx.closes.get(&last.session) {
+            let path = s.dir.join(log_file_name(&c.session));
+            match fsx::open_read(&path) {
+                Err(_) => found.push(Finding::new(
+                    &path,
+                    crate::Code::FileMissing,
+                    Severity::Error,
+                    format!(
+                        "the index closes session {} with {} lines; its file is gone",
+                        c.session, c.lines
+                    ),
+                )),
+                Ok(f) => {
+                    let mut data = Vec::new();
+                    let _ = io::Read::read_to_end(&mut &f, &mut data);
+                    let (lines, head) = layout::head_of(&data);
+                    let torn = data.last().is_some_and(|&b| b != b'\n');
+                    if lines < c.lines {
+                        found.push(Finding::new(
+                            &path,
+                            crate::Code::Truncated,
+                            Severity::Error,
+                            format!(
+                                "the index close entry records {} lines; the file has {lines}",
+                                c.lines
+                            ),
+                        ));
+                    } else if lines > c.lines || torn {
+                        found.push(Finding::new(
+                            &path,
+                            crate::Code::AfterEnd,
+                            Severity::Error,
+                            "bytes after the end the index close entry records".to_string(),
+                        ));
+                    } else if head_hex(&head) != c.head {
+                        found.push(Finding::new(
+                            &path,
+                            crate::Code::RootMismatch,
+                            Severity::Error,
+                            "the last line is not the one the index close entry records"
+                                .to_string(),
+                        ));
+                    }
+                    let wants_ckpt = data
+                        .split(|&b| b == b'\n')
+                        .next()
+                        .and_then(line::split_mac)
+                        .and_then(|(prefix, _)| line::parse_header(prefix))
+                        .is_some_and(|h| {
+                            crate::json::parse(h.event).is_ok_and(|v| {
+                                v.get("checkpoints").and_then(Value::as_bool) == Some(true)
+                            })
+                        });
+                    let ckpt = s.dir.join(ckpt_file_name(&c.session));
+                    if wants_ckpt && std::fs::symlink_metadata(&ckpt).is_err() {
+                        found.push(Finding::new(
+                            &ckpt,
+                            crate::Code::FileMissing,
+                            Severity::Error,
+                            "the closed session's checkpoint is gone".to_string(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    found
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(problem_of)
+        .collect()
+}
+
+/// Time of the last complete line of a session file.
+fn last_line_time(data: &[u8]) -> Option<u64> {
+    let (lines, _) = layout::split_lines(data);
+    let (_, last) = lines.last()?;
+    let (prefix, _) = line::split_mac(last)?;
+    crate::util::parse_time(line::parse_header(prefix)?.time)
+}
+
+/// Overwrites the stack below the caller's frame (where key derivations and HMACs of the
+/// calls just made left copies of key material) with zeros. Best effort in safe Rust: it
+/// reaches dead frames of callees, not copies in the caller's own frame or in registers.
+#[inline(never)]
+fn wipe_stack() {
+    let mut buf = [0u8; 32 * 1024];
+    std::hint::black_box(&mut buf);
+    zeroize::Zeroize::zeroize(&mut buf);
+    std::hint::black_box(&buf);
 }

@@ -89,7 +89,9 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     for l in closed.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {
         tree.push(leaf_hash(l));
     }
-    let key = fuzz_secret().session_key(FUZZ_SESSION).checkpoint_key();
+    let key = fuzz_secret()
+        .session_key("fuzz-0000000000000000", FUZZ_SESSION)
+        .checkpoint_key();
     let note = Checkpoint {
         origin: origin("fuzz-0000000000000000", FUZZ_SESSION),
         size: 5,

@@ -298,17 +298,29 @@ fn a_deleted_newest_session() {
     assert_outcome(&r, Outcome::Tampered);
     assert_finding(&r, Code::FileMissing, None, Some(&newest));
 
-    // Cut the index back to the session's start entry: a crash right after that entry would
-    // look the same, so locally this is undecidable (exit 2) ...
+    // Cut the index back to the session's start entry: the register still records the
+    // index's head after the close, so the cut shows (before the register: undecidable).
     write_lines(&index, &index_lines[..3]);
     let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::Truncated, None, Some(&index));
+
+    // Cut the register back too: a crash right after the start entries would look the
+    // same, so locally this is undecidable (exit 2) ...
+    let register = env.cfg.audit_root.with_file_name("audit.register.jsonl");
+    let reg_lines = read_lines(&register);
+    assert_eq!(reg_lines.len(), 4);
+    write_lines(&register, &reg_lines[..3]);
+    let mut o = env.options();
+    o.ctime_slack = Duration::from_secs(86_400);
+    let r = garuda_audit::verify(&o);
     assert_outcome(&r, Outcome::Undecidable);
     assert_eq!(r.outcome().exit_code(), 2);
     assert_finding(&r, Code::FileMissing, None, Some(&newest));
 
-    // ... and with every trace gone, the folder's ctime still tells (root could hide it).
+    // ... and with every trace gone, the ctimes still tell (root could hide it).
     write_lines(&index, &index_lines[..2]);
-    let mut o = env.options();
+    write_lines(&register, &reg_lines[..2]);
     o.ctime_slack = Duration::from_millis(20);
     let r = garuda_audit::verify(&o);
     assert_outcome(&r, Outcome::Undecidable);
@@ -329,7 +341,7 @@ fn resealing_an_old_epoch_with_a_later_key_is_bad_mac() {
     let env = Env::new();
     let path = env.session(10, true);
     let id = session_id(&path);
-    let k2 = env.key().session_key(&id).at(2);
+    let k2 = env.key().session_key(&env.dir_name(), &id).at(2);
     let lines = read_lines(&path);
     let n = line_with(&lines, "cmd-1"); // epoch 0
     assert!(String::from_utf8_lossy(&lines[n - 1]).contains("\"epoch\":0"));
@@ -380,7 +392,7 @@ fn truncate_and_continue_with_the_current_key_is_an_epoch_gap() {
     let env = Env::new();
     let path = env.session(10, false);
     let id = session_id(&path);
-    let k2 = env.key().session_key(&id).at(2);
+    let k2 = env.key().session_key(&env.dir_name(), &id).at(2);
     let lines = read_lines(&path);
     let mut forged: Vec<Vec<u8>> = lines[..7].to_vec(); // epoch 1, before its seal
     let template = &lines[11]; // an epoch-2 line
@@ -550,10 +562,10 @@ fn the_writer_refuses_a_planted_link() {
 
 #[test]
 fn an_exported_key_moves_same_user_processes_into_coverage() {
-    let env = Env::new();
+    let env = Env::new().with_witness();
     env.session(3, true);
     let old_key = env.key();
-    let mut o = env.options();
+    let mut o = env.options_with_witness();
     let out = env.tmp.path().join("exported.key");
     garuda_audit::key_export(&env.cfg.keys_dir, &out, true).unwrap();
     // Without the exported key, the session cannot be judged.
@@ -561,13 +573,49 @@ fn an_exported_key_moves_same_user_processes_into_coverage() {
     let r = garuda_audit::verify(&o);
     assert_outcome(&r, Outcome::Undecidable);
     assert_finding(&r, Code::KeyUnknown, None, None);
-    // With it, verified, and the secret is no longer on disk.
+    // With it, verified, the secret is no longer on disk and a witness holds the newest
+    // state: processes with the user's rights are covered.
     o.keys = vec![garuda_audit::InstallSecret::read_file(&out).unwrap()];
     assert_eq!(o.keys[0].key_id(), old_key.key_id());
     let r = garuda_audit::verify(&o);
     assert_outcome(&r, Outcome::Verified);
     assert!(r.coverage.same_user_processes, "{}", r.render_text());
-    assert!(!r.coverage.anyone);
+    assert!(r.coverage.anyone);
+}
+
+#[test]
+fn without_a_witness_same_user_processes_are_not_covered_even_with_the_key_exported() {
+    let env = Env::new();
+    env.session(3, true);
+    let out = env.tmp.path().join("exported.key");
+    let mut o = env.options();
+    garuda_audit::key_export(&env.cfg.keys_dir, &out, true).unwrap();
+    o.keys = vec![garuda_audit::InstallSecret::read_file(&out).unwrap()];
+    let r = garuda_audit::verify(&o);
+    assert_outcome(&r, Outcome::Verified);
+    // They can still erase the newest sessions with every local trace but ctimes.
+    assert!(!r.coverage.same_user_processes, "{}", r.render_text());
+}
+
+#[test]
+fn a_leftover_temp_copy_of_the_secret_counts_as_on_disk() {
+    let env = Env::new().with_witness();
+    env.session(3, true);
+    let out = env.tmp.path().join("exported.key");
+    let mut o = env.options_with_witness();
+    // A crash between hard_link and remove_file left a second name for the secret.
+    let tmp = env.cfg.keys_dir.join(".install.key.0123456789abcdef.tmp");
+    fs::hard_link(env.cfg.keys_dir.join("install.key"), &tmp).unwrap();
+    garuda_audit::key_export(&env.cfg.keys_dir, &out, false).unwrap();
+    fs::remove_file(env.cfg.keys_dir.join("install.key")).unwrap();
+    if !tmp.exists() {
+        fs::write(&tmp, fs::read(&out).unwrap()).unwrap();
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    o.keys = vec![garuda_audit::InstallSecret::read_file(&out).unwrap()];
+    let r = garuda_audit::verify(&o);
+    assert_outcome(&r, Outcome::Verified);
+    assert!(!r.coverage.same_user_processes, "{}", r.render_text());
 }
 
 #[test]
@@ -704,4 +752,229 @@ fn index_tampering_is_found() {
     // The index gone while sessions remain.
     fs::remove_file(&index).unwrap();
     assert_finding(&env.verify(), Code::FileMissing, None, Some(&index));
+}
+
+// ---- Review findings F1, F2, F5: erasing history, swapping projects, bytes after the end.
+
+/// The lines of `path` without those containing `needle` (what `grep -v` leaves).
+fn without(path: &std::path::Path, needle: &str) -> Vec<Vec<u8>> {
+    read_lines(path)
+        .into_iter()
+        .filter(|l| !String::from_utf8_lossy(l).contains(needle))
+        .collect()
+}
+
+fn erase_session(env: &Env, victim: &std::path::Path, register_too: bool) {
+    let id = session_id(victim);
+    fs::remove_file(victim).unwrap();
+    fs::remove_file(victim.with_extension("ckpt")).unwrap();
+    let index = env.dir().join(garuda_audit::INDEX_FILE);
+    write_lines(&index, &without(&index, &id));
+    if register_too {
+        let register = env.cfg.audit_root.with_file_name("audit.register.jsonl");
+        write_lines(&register, &without(&register, &id));
+    }
+}
+
+#[test]
+fn the_newest_session_erased_with_its_index_entries_stays_detected_after_the_next_run() {
+    let env = Env::new();
+    env.session(3, true);
+    let victim = env.session(3, true);
+    erase_session(&env, &victim, false);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    // An ordinary next run used to read the shortened index and make everything look fine.
+    let next = env.session(1, true);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::FoundAtStart, Some(1), Some(&next));
+}
+
+#[test]
+fn erasing_every_trace_including_the_register_is_recorded_by_the_next_session() {
+    let env = Env::new();
+    env.session(3, true);
+    let victim = env.session(3, true);
+    // Past the ctime slack of the writer (2 s).
+    std::thread::sleep(Duration::from_millis(2300));
+    erase_session(&env, &victim, true);
+    let r = env.verify();
+    assert_eq!(r.outcome(), Outcome::Undecidable, "{}", r.render_text());
+    let next = env.session(1, true);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::FoundAtStart, Some(1), Some(&next));
+    assert!(
+        r.render_text().contains("CHANGED_AFTER_WRITE"),
+        "{}",
+        r.render_text()
+    );
+}
+
+#[test]
+fn a_lock_on_a_closed_session_does_not_turn_off_the_ctime_checks() {
+    let env = Env::new();
+    let old = env.session(3, true);
+    let victim = env.session(3, true);
+    std::thread::sleep(Duration::from_millis(60));
+    erase_session(&env, &victim, true);
+    let holder = fs::File::open(&old).unwrap();
+    holder.lock().unwrap();
+    let mut o = env.options();
+    o.ctime_slack = Duration::from_millis(20);
+    let r = garuda_audit::verify(&o);
+    assert_outcome(&r, Outcome::Undecidable);
+    assert_finding(&r, Code::ChangedAfterWrite, None, Some(&env.dir()));
+    assert!(
+        !r.findings.iter().any(|f| f.code == Code::OpenSession),
+        "{}",
+        r.render_text()
+    );
+    holder.unlock().unwrap();
+}
+
+/// A second project of the same Garuda home.
+fn other_project(env: &Env, name: &str) -> garuda_audit::AuditConfig {
+    let p = env.tmp.path().join(name);
+    fs::create_dir(&p).unwrap();
+    let mut cfg = env.cfg.clone();
+    cfg.project_root = p;
+    cfg
+}
+
+fn run(cfg: &garuda_audit::AuditConfig) {
+    let mut w = SessionWriter::open(cfg, json!({})).unwrap();
+    w.append("command_intent", json!({"cmd": "x"})).unwrap();
+    w.close(json!({})).unwrap();
+}
+
+#[test]
+fn a_deleted_project_folder_is_file_missing() {
+    let env = Env::new();
+    env.session(2, true);
+    let b = other_project(&env, "b");
+    run(&b);
+    fs::remove_dir_all(env.dir()).unwrap();
+    let mut all = env.options();
+    all.target = garuda_audit::VerifyTarget::All(env.cfg.audit_root.clone());
+    all.ctime_slack = Duration::from_secs(86_400);
+    let r = garuda_audit::verify(&all);
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::FileMissing, None, Some(&env.dir()));
+    let mut o = env.options();
+    o.ctime_slack = Duration::from_secs(86_400);
+    let r = garuda_audit::verify(&o);
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::FileMissing, None, Some(&env.dir()));
+    // The next run in the project records that its folder was gone.
+    let next = env.session(1, true);
+    let r = garuda_audit::verify(&o);
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::FoundAtStart, Some(1), Some(&next));
+}
+
+#[test]
+fn a_restored_copy_of_the_audit_folder_is_not_verified() {
+    let env = Env::new();
+    env.session(2, true);
+    let root = env.cfg.audit_root.clone();
+    let snap = root.with_extension("snap");
+    fs::rename(&root, &snap).unwrap();
+    env.session(2, true); // the run to hide, recorded in a fresh folder
+    std::thread::sleep(Duration::from_millis(2300));
+    fs::remove_dir_all(&root).unwrap();
+    fs::rename(&snap, &root).unwrap();
+    let r = env.verify();
+    assert_ne!(r.outcome(), Outcome::Verified, "{}", r.render_text());
+    assert_finding(&r, Code::ChangedAfterWrite, None, Some(&root));
+    let next = env.session(1, true);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::FoundAtStart, Some(1), Some(&next));
+}
+
+#[test]
+fn a_project_given_another_projects_history_does_not_verify() {
+    let env = Env::new();
+    env.session(2, true);
+    let b = other_project(&env, "b");
+    run(&b);
+    run(&b);
+    let a_dir = env.dir();
+    let b_dir = garuda_audit::project_audit_dir(&b.audit_root, &b.project_root).unwrap();
+    fs::remove_dir_all(&a_dir).unwrap();
+    fs::create_dir(&a_dir).unwrap();
+    fs::set_permissions(&a_dir, fs::Permissions::from_mode(0o700)).unwrap();
+    for e in fs::read_dir(&b_dir).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".ckpt") {
+            fs::copy(e.path(), a_dir.join(&name)).unwrap();
+        }
+    }
+    env.session(1, true);
+    let mut o = env.options();
+    o.ctime_slack = Duration::from_secs(86_400);
+    let r = garuda_audit::verify(&o);
+    assert_outcome(&r, Outcome::Tampered);
+    // B's lines do not authenticate in A's folder: keys are bound to the project.
+    assert!(
+        r.findings.iter().any(|f| f.code == Code::BadMac),
+        "{}",
+        r.render_text()
+    );
+}
+
+#[test]
+fn a_renamed_project_folder_does_not_verify() {
+    // Keys are bound to the folder name, and the first line names it (PROJECT_MISMATCH
+    // for a line that still authenticates): another folder's sessions are not this one's.
+    let env = Env::new();
+    let path = env.session(2, true);
+    let lines = read_lines(&path);
+    let name = env.dir_name();
+    // Rename the folder: the files are now in a folder of another name.
+    let renamed = env
+        .cfg
+        .audit_root
+        .join(format!("other-{}", &name[name.len() - 16..]));
+    fs::rename(env.dir(), &renamed).unwrap();
+    let mut o = env.options();
+    o.target = garuda_audit::VerifyTarget::Project(renamed.clone());
+    o.ctime_slack = Duration::from_secs(86_400);
+    let r = garuda_audit::verify(&o);
+    assert_outcome(&r, Outcome::Tampered);
+    assert!(!lines.is_empty());
+}
+
+#[test]
+fn a_closed_session_without_its_checkpoint_is_file_missing() {
+    let env = Env::new();
+    // start, end, final seal: no line after a seal, so the old check never asked for one.
+    let path = env.session(0, true);
+    fs::remove_file(path.with_extension("ckpt")).unwrap();
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(
+        &r,
+        Code::FileMissing,
+        None,
+        Some(&path.with_extension("ckpt")),
+    );
+}
+
+#[test]
+fn bytes_after_a_closed_sessions_final_seal_are_after_end() {
+    let env = Env::new();
+    let path = env.session(3, true);
+    let mut data = fs::read(&path).unwrap();
+    let n = read_lines(&path).len() as u64;
+    data.extend_from_slice(
+        br#"{"v":1,"seq":5,"type":"command_intent","event":{"argv":["rm","-rf","/"]}}"#,
+    );
+    fs::write(&path, data).unwrap();
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::AfterEnd, Some(n + 1), Some(&path));
 }

@@ -1853,8 +1853,10 @@ pub fn exercise(data: &[u8]) {
     }
     if let Ok(commands) = &result {
         for command in commands {
+            // A command with nothing to judge would be a hole: every one names a program,
+            // a file it writes or a file it reads.
             assert!(
-                !command.argv.is_empty() || !command.writes.is_empty(),
+                !command.argv.is_empty() || !command.writes.is_empty() || !command.reads.is_empty(),
                 "`{line}` gave an empty command: {commands:?}"
             );
         }

@@ -54,6 +54,15 @@ impl Env {
         project_audit_dir(&self.cfg.audit_root, &self.cfg.project_root).unwrap()
     }
 
+    /// The project's audit folder name.
+    pub fn dir_name(&self) -> String {
+        self.dir()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    }
+
     pub fn key(&self) -> InstallSecret {
         InstallSecret::load(&self.cfg.keys_dir).unwrap().unwrap()
     }
