@@ -29,6 +29,12 @@ const SECRET_NAMES: &[&str] = &[
     "access_key",
     "secret_key",
     "private_key",
+    "auth_token",
+    "auth-token",
+    "signature",
+    "mysql_pwd",
+    "key_base",
+    "credentials",
 ];
 
 const MARK_START: &str = "[REDACTED:";
@@ -41,10 +47,14 @@ pub fn redact_value(value: &mut Value) {
                 *s = r;
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(redact_value),
+        Value::Array(items) => {
+            redact_argv(items);
+            items.iter_mut().for_each(redact_value);
+        }
         Value::Object(map) => {
             for (k, v) in map.iter_mut() {
-                if secret_name(k) && v.as_str().is_some_and(|s| !is_marker(s)) {
+                // Any value under a secret's name goes whole: a string, a list, a number.
+                if secret_name(k) && !v.as_str().is_some_and(is_marker) && !v.is_null() {
                     *v = Value::String(format!("{MARK_START}field]"));
                 } else {
                     redact_value(v);
@@ -69,6 +79,110 @@ pub fn redact_value(value: &mut Value) {
             }
         }
         _ => {}
+    }
+}
+
+/// Options whose value (the next item, or after `=`) is a secret, for any program.
+const SECRET_OPTIONS: &[&str] = &[
+    "--password",
+    "--passwd",
+    "--pass",
+    "--token",
+    "--auth-token",
+    "--access-token",
+    "--api-key",
+    "--apikey",
+    "--secret",
+    "--client-secret",
+    "--secret-key",
+    "--access-key",
+    "--private-key",
+    "--passphrase",
+];
+
+/// Options whose value is `user:password` (curl, wget and others): redacted when it holds `:`.
+const USER_PASSWORD_OPTIONS: &[&str] = &["-u", "--user", "--proxy-user"];
+
+/// Programs whose `-p` is a password (attached, `-psecret`, or the next item): not every
+/// program's `-p` is (`psql -p 5432` is a port).
+const P_IS_PASSWORD: &[&str] = &["mysql", "mysqldump", "mysqladmin", "mariadb", "sshpass"];
+
+/// Redacts the secret *values* of an argument vector, which a flag names but which stand in
+/// their own item (`["mysql", "--password", "hunter2"]`, `["curl", "-u", "admin:pw"]`,
+/// `["aws", "configure", "set", "aws_secret_access_key", "…"]`), and the lines of a private key
+/// split across items. Other items are left to the per-string scan.
+fn redact_argv(items: &mut [Value]) {
+    let strings: Vec<Option<String>> = items.iter().map(|v| v.as_str().map(String::from)).collect();
+    let program = strings
+        .first()
+        .and_then(|s| s.as_deref())
+        .map(|p| p.rsplit('/').next().unwrap_or(p).to_owned())
+        .unwrap_or_default();
+    let docker_login = matches!(program.as_str(), "docker" | "podman")
+        && strings.iter().flatten().any(|s| s == "login");
+    let mut secret_next = false;
+    let mut in_private_key = false;
+    for (i, item) in strings.iter().enumerate() {
+        let Some(text) = item.as_deref() else {
+            secret_next = false;
+            continue;
+        };
+        let mark = |kind: &str| Value::String(format!("{MARK_START}{kind}]"));
+        if in_private_key {
+            if text.contains("-----END ") {
+                in_private_key = false;
+            }
+            items[i] = mark("private-key");
+            continue;
+        }
+        if text.contains("-----BEGIN ")
+            && text.contains("PRIVATE KEY")
+            && !text.contains("-----END ")
+        {
+            in_private_key = true;
+            items[i] = mark("private-key");
+            continue;
+        }
+        if secret_next {
+            secret_next = false;
+            if !is_marker(text) {
+                items[i] = mark("argument");
+            }
+            continue;
+        }
+        if USER_PASSWORD_OPTIONS.contains(&text) {
+            if let Some(Some(next)) = strings.get(i + 1) {
+                if let Some((user, _)) = next.split_once(':') {
+                    items[i + 1] = Value::String(format!("{user}:{MARK_START}password]"));
+                }
+            }
+            continue;
+        }
+        let lower = text.to_ascii_lowercase();
+        let option = lower.split('=').next().unwrap_or("");
+        if SECRET_OPTIONS.contains(&option) {
+            if lower.contains('=') {
+                items[i] =
+                    Value::String(format!("{}={MARK_START}argument]", &text[..option.len()]));
+            } else {
+                secret_next = true;
+            }
+            continue;
+        }
+        let p_password = P_IS_PASSWORD.contains(&program.as_str()) || docker_login;
+        if p_password && text.starts_with("-p") && !text.starts_with("--") {
+            if text.len() > 2 {
+                items[i] = Value::String(format!("-p{MARK_START}argument]"));
+            } else {
+                secret_next = true;
+            }
+            continue;
+        }
+        // `aws configure set NAME VALUE`, `git config NAME VALUE`, `npm config set NAME VALUE`
+        // and the like: a secret-named item makes the next one secret.
+        if i > 0 && !text.starts_with('-') && secret_name(text) && !text.contains('=') {
+            secret_next = true;
+        }
     }
 }
 
@@ -146,7 +260,31 @@ fn find(s: &[u8]) -> Vec<Span> {
                 token_char,
                 "anthropic-key",
             )
-            .or_else(|| openai(s, i)),
+            .or_else(|| openai(s, i))
+            .or_else(|| prefixed(s, i, b"sk_live_", 16, usize::MAX, token_char, "stripe-key"))
+            .or_else(|| prefixed(s, i, b"sk_test_", 16, usize::MAX, token_char, "stripe-key")),
+            b'r' => prefixed(s, i, b"rk_live_", 16, usize::MAX, token_char, "stripe-key")
+                .or_else(|| prefixed(s, i, b"rk_test_", 16, usize::MAX, token_char, "stripe-key")),
+            b'n' => prefixed(
+                s,
+                i,
+                b"npm_",
+                36,
+                36,
+                |c| c.is_ascii_alphanumeric(),
+                "npm-token",
+            ),
+            b'h' => prefixed(
+                s,
+                i,
+                b"hf_",
+                30,
+                usize::MAX,
+                |c| c.is_ascii_alphanumeric(),
+                "huggingface-token",
+            )
+            .or_else(|| slack_webhook(s, i)),
+            b'c' | b'C' => cookie(s, i),
             b'g' => prefixed(
                 s,
                 i,
@@ -158,7 +296,8 @@ fn find(s: &[u8]) -> Vec<Span> {
             )
             .or_else(|| github(s, i))
             .or_else(|| prefixed(s, i, b"glpat-", 20, usize::MAX, token_char, "gitlab-token")),
-            b'x' => slack(s, i),
+            b'x' => slack(s, i)
+                .or_else(|| prefixed(s, i, b"xapp-", 20, usize::MAX, token_char, "slack-token")),
             b'e' => jwt(s, i),
             b':' => url_password(s, i).or_else(|| assignment(s, i)),
             b'=' => assignment(s, i),
@@ -266,7 +405,9 @@ fn pem(s: &[u8], i: usize) -> Option<Span> {
     let label_start = i + BEGIN.len();
     let label_len = s[label_start..].windows(5).position(|w| w == b"-----")?;
     let label = &s[label_start..label_start + label_len];
-    if !label.ends_with(b"PRIVATE KEY") || label.len() > 64 {
+    if !(label.ends_with(b"PRIVATE KEY") || label.ends_with(b"PRIVATE KEY BLOCK"))
+        || label.len() > 64
+    {
         return None;
     }
     let mut end_marker = b"-----END ".to_vec();
@@ -325,6 +466,37 @@ fn authorization(s: &[u8], i: usize) -> Option<Span> {
         return None;
     }
     Some((j, j + n, "authorization"))
+}
+
+/// `https://hooks.slack.com/services/…`: the path is the credential.
+fn slack_webhook(s: &[u8], i: usize) -> Option<Span> {
+    const PREFIX: &[u8] = b"hooks.slack.com/services/";
+    if !s[i..].starts_with(PREFIX) {
+        return None;
+    }
+    let start = i + PREFIX.len();
+    let n = run(s, start, |c| {
+        c.is_ascii_alphanumeric() || c == b'/' || c == b'_'
+    });
+    (n >= 8).then_some((start, start + n, "slack-webhook"))
+}
+
+/// `Cookie: …` / `Set-Cookie: …`: session cookies are bearer credentials; the whole value goes.
+fn cookie(s: &[u8], i: usize) -> Option<Span> {
+    if !starts_ci(s, i, b"cookie") || !(i == 0 || s[i - 1] == b'-' || !is_word(s[i - 1])) {
+        return None;
+    }
+    let mut j = i + 6;
+    j += run(s, j, |c| c == b' ');
+    if s.get(j) != Some(&b':') {
+        return None;
+    }
+    j += 1;
+    j += run(s, j, |c| c == b' ');
+    let n = run(s, j, |c| {
+        c != b'\n' && c != b'\r' && c != b'"' && c != b'\''
+    });
+    (n > 0 && !s[j..].starts_with(MARK_START.as_bytes())).then_some((j, j + n, "cookie"))
 }
 
 /// `scheme://user:password@host` — only the password goes.
@@ -467,5 +639,80 @@ mod tests {
         assert_eq!(v["env"]["HOME"], "/home/dev");
         assert_eq!(v["n"], 42);
         assert_eq!(v["password"], "[REDACTED:field]");
+    }
+}
+
+#[cfg(test)]
+mod argv_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn redacted(v: Value) -> String {
+        let mut v = v;
+        redact_value(&mut v);
+        v.to_string()
+    }
+
+    /// The samples of the security review: each leaked before argv-aware redaction.
+    #[test]
+    fn secrets_in_argument_vectors_and_common_shapes_are_redacted() {
+        let cases = [
+            (json!(["mysql", "--password", "hunter2"]), "hunter2"),
+            (json!(["mysql", "-phunter2", "db"]), "hunter2"),
+            (json!(["sshpass", "-p", "hunter2", "ssh", "host"]), "hunter2"),
+            (json!(["docker", "login", "-u", "me", "-p", "hunter2"]), "hunter2"),
+            (json!(["curl", "-u", "admin:hunter2", "https://x.test"]), "hunter2"),
+            (
+                json!(["aws", "configure", "set", "aws_secret_access_key", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"]),
+                "wJalrXUtnFEMI",
+            ),
+            (json!(["tool", "--secret", "abc123def"]), "abc123def"),
+            (json!(["tool", "--auth-token", "abc123def"]), "abc123def"),
+            (json!(["tool", "--api-key=abc123def"]), "abc123def"),
+            (json!(["env", "STRIPE_KEY=sk_live_51HxYzAbCdEfGhIjKlMnOp"]), "sk_live_51Hx"),
+            (json!(["echo", "rk_live_51HxYzAbCdEfGhIjKlMnOp"]), "rk_live_51Hx"),
+            (json!(["echo", "npm_abcdefghijklmnopqrstuvwxyz0123456789"]), "npm_abcdef"),
+            (json!(["echo", "hf_abcdefghijklmnopqrstuvwxyz0123456789"]), "hf_abcdef"),
+            (json!(["echo", "xapp-1-A0B1C2D3E4F5-123456789-abcdef0123456789"]), "xapp-1-A0B1"),
+            (json!(["env", "MYSQL_PWD=hunter2secret"]), "hunter2secret"),
+            (json!(["env", "SECRET_KEY_BASE=0123456789abcdef0123"]), "0123456789abcdef0123"),
+            (
+                json!(["curl", "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXX"]),
+                "XXXXXXXXXXXXXXXX",
+            ),
+            (json!(["curl", "https://s3.test/x?X-Amz-Signature=abcdef0123456789"]), "abcdef0123456789"),
+            (json!(["curl", "-H", "Cookie: session=abcdef0123456789"]), "abcdef0123456789"),
+            (
+                json!(["printf", "-----BEGIN OPENSSH PRIVATE KEY-----", "b3BlbnNzaC1rZXktdjEAAAAA", "-----END OPENSSH PRIVATE KEY-----"]),
+                "b3BlbnNzaC1rZXktdjEAAAAA",
+            ),
+            (
+                json!(["echo", "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBGXYZabc\n-----END PGP PRIVATE KEY BLOCK-----"]),
+                "lQOYBGXYZabc",
+            ),
+            (json!({"token": ["abc123def"]}), "abc123def"),
+            (json!({"password": 12345678}), "12345678"),
+        ];
+        for (value, secret) in cases {
+            let shown = value.to_string();
+            let out = redacted(value);
+            assert!(!out.contains(secret), "{shown} -> {out}");
+            assert!(out.contains(MARK_START), "{shown} -> {out}");
+        }
+    }
+
+    /// Negative controls: what is not a secret stays.
+    #[test]
+    fn ordinary_arguments_are_kept() {
+        for value in [
+            json!(["psql", "-p", "5432", "-h", "db"]),
+            json!(["sudo", "-u", "root", "ls"]),
+            json!(["git", "commit", "-m", "fix the password reset page"]),
+            json!(["cargo", "test", "--", "--test-threads=2"]),
+            json!(["ls", "-la", "/tmp"]),
+        ] {
+            let shown = value.to_string();
+            assert_eq!(redacted(value), shown);
+        }
     }
 }
