@@ -140,6 +140,31 @@ async fn handle(connection: &Connection, request: Request<Incoming>) -> Response
     }
 }
 
+/// The one path from an authority to an upstream connection, for CONNECT and for forwarded
+/// requests alike: the gate's decision (refusals become `403` and enter the blocked list), then
+/// a dial to exactly the admitted addresses (`502` when none answers).
+async fn admit_and_dial(
+    connection: &Connection,
+    authority: &Authority,
+    port: u16,
+) -> Result<TcpStream, Response<ProxyBody>> {
+    let addresses = gate::admit(
+        &connection.shared,
+        &connection.scope,
+        authority.host(),
+        port,
+    )
+    .await
+    .map_err(|denied| denied_response(connection, denied))?;
+    let timeout = connection.shared.config.limits.connect_timeout;
+    dial(&addresses, timeout).await.map_err(|e| {
+        plain(
+            StatusCode::BAD_GATEWAY,
+            &format!("cannot connect to {authority}: {e}\n"),
+        )
+    })
+}
+
 async fn tunnel(connection: &Connection, mut request: Request<Incoming>) -> Response<ProxyBody> {
     let uri = request.uri();
     let authority = match uri.authority() {
@@ -152,26 +177,9 @@ async fn tunnel(connection: &Connection, mut request: Request<Incoming>) -> Resp
     if let Some(refusal) = user_info(&authority, port) {
         return refuse(connection, refusal);
     }
-    let addresses = match gate::admit(
-        &connection.shared,
-        &connection.scope,
-        authority.host(),
-        port,
-    )
-    .await
-    {
-        Ok(addresses) => addresses,
-        Err(denied) => return denied_response(connection, denied),
-    };
-    let limits = &connection.shared.config.limits;
-    let upstream = match dial(&addresses, limits.connect_timeout).await {
+    let upstream = match admit_and_dial(connection, &authority, port).await {
         Ok(upstream) => upstream,
-        Err(e) => {
-            return plain(
-                StatusCode::BAD_GATEWAY,
-                &format!("cannot connect to {authority}: {e}\n"),
-            )
-        }
+        Err(response) => return response,
     };
     let upgrade = hyper::upgrade::on(&mut request);
     *connection
@@ -214,27 +222,11 @@ async fn forward(connection: &Connection, request: Request<Incoming>) -> Respons
     if let Err(refusal) = check_host_header(request.headers(), &authority, port) {
         return refuse(connection, refusal);
     }
-    let addresses = match gate::admit(
-        &connection.shared,
-        &connection.scope,
-        authority.host(),
-        port,
-    )
-    .await
-    {
-        Ok(addresses) => addresses,
-        Err(denied) => return denied_response(connection, denied),
+    let upstream = match admit_and_dial(connection, &authority, port).await {
+        Ok(upstream) => upstream,
+        Err(response) => return response,
     };
     let limits = &connection.shared.config.limits;
-    let upstream = match dial(&addresses, limits.connect_timeout).await {
-        Ok(upstream) => upstream,
-        Err(e) => {
-            return plain(
-                StatusCode::BAD_GATEWAY,
-                &format!("cannot connect to {authority}: {e}\n"),
-            )
-        }
-    };
     let Some(upstream_request) = origin_form(request, &authority) else {
         return plain(StatusCode::BAD_REQUEST, "cannot rewrite the request\n");
     };
