@@ -54,6 +54,11 @@ impl Env {
     }
 }
 
+// The same `git` runner as the unit tests: hooks off, user and system config ignored.
+#[path = "../src/test_git.rs"]
+mod test_git;
+use test_git::git;
+
 fn write(root: &Path, rel: &str, content: &str) {
     let p = root.join(rel);
     fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -162,25 +167,6 @@ fn kinds(set: &ChangeSet) -> BTreeMap<String, ChangeKind> {
         .iter()
         .map(|c| (c.path.clone(), c.kind))
         .collect()
-}
-
-fn git(dir: &Path, args: &[&str]) -> bool {
-    Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "core.hooksPath=/dev/null",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
 }
 
 // ---- behaviour on every backend ----------------------------------------------------------
