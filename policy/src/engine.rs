@@ -635,10 +635,17 @@ impl<'a> Engine<'a> {
         let trail = self.cwd_trail(commands);
         for (c, cwd) in commands.iter().zip(&trail) {
             // What it reads: `<` targets and arguments that name a path.
-            let read_targets: Vec<String> =
-                c.reads.iter().cloned().chain(path_arguments(c)).collect();
-            for target in &read_targets {
+            let arguments = path_arguments(c);
+            let read_targets = c
+                .reads
+                .iter()
+                .map(|r| (r, true))
+                .chain(arguments.iter().map(|a| (a, false)));
+            for (target, is_redirect) in read_targets {
                 let places = self.target_places(target, cwd);
+                if !is_redirect && !judged_as_path(target, &places) {
+                    continue;
+                }
                 if let Some((cause, opened_by)) = self.sensitive_hit(&places) {
                     if self
                         .naming_allow(Tool::ReadFile, &places, opened_by, ctx)
@@ -840,6 +847,9 @@ impl<'a> Engine<'a> {
                     format!("`{shown}` is only known when it runs, so no rule can allow it"),
                 );
             }
+            if let Some(why) = not_allowable_on_the_host(c, cwd) {
+                return Decision::new(Verdict::Ask, Step::NoRule, vec![], why);
+            }
             let found = self
                 .rules(RuleList::Allow)
                 .find(|(rule, _)| rule.matches_command(&c.argv))
@@ -1026,17 +1036,24 @@ fn path_arguments(c: &SimpleCommand) -> Vec<String> {
         .skip(1)
         .filter_map(|w| {
             // An option's attached value (`--file=~/.aws/credentials`), or the word itself.
-            let value = match w.split_once('=') {
-                Some((opt, value)) if opt.starts_with('-') => value,
-                _ if w.starts_with('-') => return None,
-                _ => w.as_str(),
-            };
-            let names_a_path = value.contains('/')
-                || value == "~"
-                || is_env_file_name(std::ffi::OsStr::new(value));
-            names_a_path.then(|| value.to_owned())
+            match w.split_once('=') {
+                Some((opt, value)) if opt.starts_with('-') => Some(value.to_owned()),
+                _ if w.starts_with('-') => None,
+                _ => Some(w.clone()),
+            }
         })
         .collect()
+}
+
+/// Whether an argument is judged as a path: one that looks like a path (a `/`, `~`, a dotenv
+/// name), or a bare word that names something that exists at one of `places` (a link `k` in
+/// the project to `~/.ssh/id_rsa`, `credentials` after `cd ~/.aws`).
+fn judged_as_path(word: &str, places: &[PathBuf]) -> bool {
+    word.contains('/')
+        || word == "~"
+        || word.starts_with("~/")
+        || is_env_file_name(std::ffi::OsStr::new(word))
+        || places.iter().any(|p| std::fs::symlink_metadata(p).is_ok())
 }
 
 /// Files a command writes through its own options: `--output=FILE` / `--output FILE` (git,
@@ -1068,6 +1085,42 @@ fn option_writes(c: &SimpleCommand) -> Vec<String> {
         i += 1;
     }
     out
+}
+
+/// Why an allow rule must not cover this command outside the sandbox, whatever the rule says:
+/// `git` anywhere but the project root, or pointed at another repository (a repository a
+/// sandboxed command wrote has a config whose `core.fsmonitor`, hooks or pager run code on the
+/// host; only the project's own `.git/config` and hooks are kept read-only), and paths through
+/// `/proc/<pid>` or `/dev/fd`, which name the deciding process's files, not the shell's.
+fn not_allowable_on_the_host(c: &SimpleCommand, cwd: &Cwds) -> Option<String> {
+    let words: Vec<&String> = c.argv.iter().chain(&c.writes).chain(&c.reads).collect();
+    if let Some(w) = words.iter().find(|w| {
+        ["/proc/", "/dev/fd/"]
+            .iter()
+            .any(|p| w.starts_with(p) || w.contains(&format!("={p}")))
+    }) {
+        return Some(format!(
+            "{w} names a process's files, which the decision cannot see: asked"
+        ));
+    }
+    let name = c.argv.iter().find(|w| !is_assignment(w))?;
+    if name.rsplit('/').next() != Some("git") {
+        return None;
+    }
+    let elsewhere = cwd.dirs.len() > 1 || cwd.unknown;
+    let redirected = c.argv.iter().any(|a| {
+        a == "-C"
+            || a == "-c"
+            || a.starts_with("--git-dir")
+            || a.starts_with("--work-tree")
+            || a.starts_with("--exec-path")
+            || a.starts_with("--config-env")
+    });
+    (elsewhere || redirected).then(|| {
+        "git outside the project root or pointed at another repository could use a repository \
+         a sandboxed command wrote, whose config runs code: asked"
+            .to_owned()
+    })
 }
 
 /// Programs that run other programs or code given to them: when such a command has a word
@@ -1136,27 +1189,46 @@ fn lexical(path: &Path, base: &Path) -> PathBuf {
     out
 }
 
+/// How many links one lookup follows before giving up (the kernel's limit is 40).
+const MAX_LINKS: usize = 40;
+
 /// The place an absolute path leads to now, walked component by component as the kernel's path
-/// lookup does: each existing component is resolved through its links before the next one (a
-/// `..` included) applies; a component that does not exist is taken as written. A
-/// link planted to point at a secret or into `.git` is judged at its target, also when a `..`
-/// follows it.
+/// lookup does: every link is followed where it stands, also a link whose target does not
+/// exist yet (`open(O_CREAT)` creates the target), before the next component (a `..`
+/// included) applies; a component that does not exist is taken as written. A link planted to
+/// point at a secret or into `.git` is judged at its target.
 fn resolve_like_the_kernel(path: &Path) -> PathBuf {
+    let mut links = 0;
+    resolve_following(path, &mut links)
+}
+
+fn resolve_following(path: &Path, links: &mut usize) -> PathBuf {
+    let components: Vec<Component> = path.components().collect();
     let mut current = PathBuf::from("/");
-    for c in path.components() {
+    for (i, c) in components.iter().enumerate() {
         match c {
             Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-            // `current` is canonical wherever it exists, so its parent is the real `..`.
+            // `current` has no link in it, so its parent is the real `..`.
             Component::ParentDir => {
                 current.pop();
             }
             Component::Normal(name) => {
                 current.push(name);
-                // A tool may create missing folders on the way, so a component that exists
-                // again after a `..` is resolved again.
-                if let Ok(real) = std::fs::canonicalize(&current) {
-                    current = real;
+                let is_link =
+                    std::fs::symlink_metadata(&current).is_ok_and(|m| m.file_type().is_symlink());
+                if !is_link || *links >= MAX_LINKS {
+                    continue;
                 }
+                let Ok(target) = std::fs::read_link(&current) else {
+                    continue;
+                };
+                *links += 1;
+                current.pop();
+                let mut next = current.join(target);
+                for rest in &components[i + 1..] {
+                    next.push(rest.as_os_str());
+                }
+                return resolve_following(&next, links);
             }
         }
     }

@@ -1043,3 +1043,58 @@ fn session_rules_do_not_apply_under_managed_rules_only() {
         "{d}"
     );
 }
+
+/// The second review's bypasses, each allowed before its fix.
+#[test]
+fn second_review_findings() {
+    let w = world(
+        "",
+        r#"{"permissions": {
+            "allow": ["Bash(git status)", "Bash(echo *)", "Bash(cd *)", "Bash(cat *)",
+                      "Edit(src/**)"],
+            "deny": ["Bash(rm *)", "Read(~/.aws/**)"]}}"#,
+        "",
+    );
+    let home = &w.host.home;
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_rsa"), "key").unwrap();
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    std::fs::write(home.join(".aws/credentials"), "secret").unwrap();
+    // Links to targets that do not exist yet: `open(O_CREAT)` follows them.
+    std::os::unix::fs::symlink("../.git/commondir", w.root.join("src/cd")).unwrap();
+    std::os::unix::fs::symlink("../.git/hooks/pre-commit", w.root.join("src/pc")).unwrap();
+    std::os::unix::fs::symlink(home.join(".ssh/authorized_keys"), w.root.join("src/ak")).unwrap();
+    // A link in the project to a secret, and a fake repository in a subfolder.
+    std::os::unix::fs::symlink(home.join(".ssh/id_rsa"), w.root.join("k")).unwrap();
+    std::fs::create_dir_all(w.root.join("src/evil/objects")).unwrap();
+    let host = host_only();
+    for (line, want) in [
+        ("echo x > src/cd", Step::GitWrite),
+        ("echo x > src/pc", Step::GitWrite),
+        ("echo x > src/ak", Step::SensitivePath),
+        ("cd ~ && cd .aws && cat credentials", Step::SensitivePath),
+        ("cd ~; cd .ssh; cat id_rsa", Step::SensitivePath),
+        ("cat k", Step::SensitivePath),
+    ] {
+        let d = w.decide(bash(line), &host);
+        assert_eq!((d.verdict, d.step), (Verdict::Deny, want), "{line:?}: {d}");
+    }
+    for path in ["src/cd", "src/pc"] {
+        let d = w.decide(write_req(path), &sandbox());
+        assert_eq!((d.verdict, d.step), (Verdict::Deny, Step::GitWrite), "{path}: {d}");
+    }
+    for line in [
+        "cd src/evil && git status",
+        "cat /proc/self/cwd/README",
+        "echo x > /dev/fd/3",
+    ] {
+        let d = w.decide(bash(line), &host);
+        assert_ne!(d.verdict, Verdict::Allow, "{line:?}: {d}");
+    }
+    // Negative controls: ordinary files through the same rules.
+    std::fs::write(w.root.join("README"), "hi").unwrap();
+    for line in ["git status", "cat README", "echo x > src/notes.txt"] {
+        let d = w.decide(bash(line), &host);
+        assert_eq!(d.verdict, Verdict::Allow, "{line:?}: {d}");
+    }
+}
