@@ -88,6 +88,26 @@ pub struct StartEvent {
     /// MACed here, so the finding survives whatever happens to that evidence later.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub found_at_start: Vec<Problem>,
+    /// Register and index lines under a key id other than the writer's own that the writer
+    /// built on (those after the last line under its own secret): it cannot check them, so it
+    /// names them here, and verify reports each as UNVERIFIED_BASE (error) unless a given key
+    /// or a session vouches for its key id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unverified: Vec<UnverifiedLine>,
+}
+
+/// A register or index line the writer could not authenticate (another key id) but built on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnverifiedLine {
+    /// `register` or `index`.
+    pub file: String,
+    /// Line number, from 1.
+    pub line: u64,
+    /// The key id the line claims.
+    pub key_id: String,
+    /// SHA-256 (hex) of the line.
+    pub hash: String,
 }
 
 /// A problem a writer found at `open`, recorded in its first line.

@@ -62,7 +62,11 @@
 //!   session records it in its first line (FOUND_AT_START, an error) — or through a witness.
 //!   A `<garuda_home>/audit.register.jsonl` records every session of every project with its
 //!   index head, so a deleted or rolled-back project folder shows; a new writer checks the
-//!   evidence with the secret before writing ([`events::StartEvent::found_at_start`]).
+//!   evidence with the secret before writing ([`events::StartEvent::found_at_start`]), and
+//!   names the lines under other key ids it builds on ([`events::StartEvent::unverified`]):
+//!   anyone can write a line under a made-up key id. A wipe of the audit folder together with
+//!   the register (and the key) is indistinguishable from a fresh install without a witness;
+//!   verify given the exported keys reports each one no line uses as KEY_UNUSED.
 //! - **Root, or anyone with the secret**: only a witness outside their reach detects a rewrite.
 //!
 //! # What verify can and cannot know
@@ -222,6 +226,7 @@ pub fn fuzz_seed(events: usize, per_epoch: usize, close: bool) -> Vec<u8> {
         info: json!({"argv": ["garuda", "sandbox"]}),
         register: None,
         found_at_start: Vec::new(),
+        unverified: Vec::new(),
     })
     .unwrap_or_default();
     s.put(events::KIND_START, start);

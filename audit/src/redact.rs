@@ -35,6 +35,7 @@ const SECRET_NAMES: &[&str] = &[
     "mysql_pwd",
     "key_base",
     "credentials",
+    "_pass",
 ];
 
 const MARK_START: &str = "[REDACTED:";
@@ -104,8 +105,58 @@ const SECRET_OPTIONS: &[&str] = &[
 const USER_PASSWORD_OPTIONS: &[&str] = &["-u", "--user", "--proxy-user"];
 
 /// Programs whose `-p` is a password (attached, `-psecret`, or the next item): not every
-/// program's `-p` is (`psql -p 5432` is a port).
-const P_IS_PASSWORD: &[&str] = &["mysql", "mysqldump", "mysqladmin", "mariadb", "sshpass"];
+/// program's `-p` is (`psql -p 5432` is a port). Found at any position of the vector
+/// (`sudo mysql -p…`, `docker exec -it db mysql -p…`): the option counts after it.
+const P_IS_PASSWORD: &[&str] = &[
+    "mysql",
+    "mysqldump",
+    "mysqladmin",
+    "mariadb",
+    "sshpass",
+    "7z",
+    "7za",
+    "7zr",
+];
+
+/// Programs whose `-P` is a password (the next item).
+const BIG_P_IS_PASSWORD: &[&str] = &["zip", "unzip", "zipcloak", "7z", "7za", "7zr"];
+
+/// Programs whose `-a` is a password (the next item, or attached).
+const A_IS_PASSWORD: &[&str] = &["redis-cli", "valkey-cli", "keydb-cli"];
+
+/// OpenSSL's password options, whose value is `pass:SECRET` or `env:VAR`.
+const OPENSSL_PASS_OPTIONS: &[&str] = &["-pass", "-passin", "-passout", "-passwd", "-kfile"];
+
+/// Endings of long options (any program) whose value is a secret: `--ftp-password X`,
+/// `--vault-token=X`, `--client-secret X`.
+const SECRET_OPTION_ENDINGS: &[&str] = &[
+    "-password",
+    "-passwd",
+    "-passphrase",
+    "-token",
+    "-secret",
+    "_password",
+    "_token",
+    "_secret",
+];
+
+fn basename(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+fn secret_option(option: &str) -> bool {
+    SECRET_OPTIONS.contains(&option)
+        || (option.starts_with("--")
+            && !option.starts_with("--no-")
+            && SECRET_OPTION_ENDINGS.iter().any(|e| option.ends_with(e)))
+}
+
+/// `user:password` with the password replaced, or `None` without a `:`.
+fn user_password(value: &str) -> Option<String> {
+    value
+        .split_once(':')
+        .map(|(user, _)| format!("{user}:{MARK_START}password]"))
+}
 
 /// Redacts the secret *values* of an argument vector, which a flag names but which stand in
 /// their own item (`["mysql", "--password", "hunter2"]`, `["curl", "-u", "admin:pw"]`,
@@ -113,13 +164,15 @@ const P_IS_PASSWORD: &[&str] = &["mysql", "mysqldump", "mysqladmin", "mariadb", 
 /// split across items. Other items are left to the per-string scan.
 fn redact_argv(items: &mut [Value]) {
     let strings: Vec<Option<String>> = items.iter().map(|v| v.as_str().map(String::from)).collect();
-    let program = strings
+    let docker_login = strings
         .first()
         .and_then(|s| s.as_deref())
-        .map(|p| p.rsplit('/').next().unwrap_or(p).to_owned())
-        .unwrap_or_default();
-    let docker_login = matches!(program.as_str(), "docker" | "podman")
+        .is_some_and(|p| matches!(basename(p), "docker" | "podman"))
         && strings.iter().flatten().any(|s| s == "login");
+    // Flags of these programs count from the program's position on.
+    let mut p_password = docker_login;
+    let mut big_p_password = false;
+    let mut a_password = false;
     let mut secret_next = false;
     let mut in_private_key = false;
     for (i, item) in strings.iter().enumerate() {
@@ -150,17 +203,46 @@ fn redact_argv(items: &mut [Value]) {
             }
             continue;
         }
+        let program = basename(text);
+        p_password |= P_IS_PASSWORD.contains(&program);
+        big_p_password |= BIG_P_IS_PASSWORD.contains(&program);
+        a_password |= A_IS_PASSWORD.contains(&program);
         if USER_PASSWORD_OPTIONS.contains(&text) {
             if let Some(Some(next)) = strings.get(i + 1) {
-                if let Some((user, _)) = next.split_once(':') {
-                    items[i + 1] = Value::String(format!("{user}:{MARK_START}password]"));
+                if let Some(v) = user_password(next) {
+                    items[i + 1] = Value::String(v);
+                }
+            }
+            continue;
+        }
+        // `--user=alice:pw`, `--proxy-user=alice:pw`, `-ualice:pw`.
+        if let Some((opt, value)) = text.split_once('=') {
+            if matches!(opt, "--user" | "--proxy-user") {
+                if let Some(v) = user_password(value) {
+                    items[i] = Value::String(format!("{opt}={v}"));
+                }
+                continue;
+            }
+        }
+        if text.len() > 2 && text.starts_with("-u") && !text.starts_with("--") {
+            if let Some(v) = user_password(&text[2..]) {
+                items[i] = Value::String(format!("-u{v}"));
+            }
+            continue;
+        }
+        if OPENSSL_PASS_OPTIONS.contains(&text) {
+            if let Some(Some(next)) = strings.get(i + 1) {
+                if let Some((scheme, _)) = next.split_once(':') {
+                    if matches!(scheme, "pass" | "env") {
+                        items[i + 1] = Value::String(format!("{scheme}:{MARK_START}argument]"));
+                    }
                 }
             }
             continue;
         }
         let lower = text.to_ascii_lowercase();
         let option = lower.split('=').next().unwrap_or("");
-        if SECRET_OPTIONS.contains(&option) {
+        if secret_option(option) {
             if lower.contains('=') {
                 items[i] =
                     Value::String(format!("{}={MARK_START}argument]", &text[..option.len()]));
@@ -169,10 +251,21 @@ fn redact_argv(items: &mut [Value]) {
             }
             continue;
         }
-        let p_password = P_IS_PASSWORD.contains(&program.as_str()) || docker_login;
         if p_password && text.starts_with("-p") && !text.starts_with("--") {
             if text.len() > 2 {
                 items[i] = Value::String(format!("-p{MARK_START}argument]"));
+            } else {
+                secret_next = true;
+            }
+            continue;
+        }
+        if big_p_password && text == "-P" {
+            secret_next = true;
+            continue;
+        }
+        if a_password && text.starts_with("-a") && !text.starts_with("--") {
+            if text.len() > 2 {
+                items[i] = Value::String(format!("-a{MARK_START}argument]"));
             } else {
                 secret_next = true;
             }
@@ -691,6 +784,25 @@ mod argv_tests {
                 "lQOYBGXYZabc",
             ),
             (json!({"token": ["abc123def"]}), "abc123def"),
+            // The second review (F4).
+            (json!(["curl", "--user=alice:hunter2", "https://x.test"]), "hunter2"),
+            (json!(["curl", "-ualice:hunter2", "https://x.test"]), "hunter2"),
+            (json!(["curl", "--proxy-user=alice:hunter2", "https://x.test"]), "hunter2"),
+            (json!(["sudo", "mysql", "-uroot", "-phunter2"]), "hunter2"),
+            (json!(["docker", "exec", "-it", "db", "mysql", "-uroot", "-phunter2"]), "hunter2"),
+            (json!(["/usr/bin/mysql", "-u", "root", "-p", "hunter2"]), "hunter2"),
+            (json!(["wget", "--ftp-password", "hunter2", "ftp://x.test"]), "hunter2"),
+            (json!(["vault", "login", "--vault-token=hunter2"]), "hunter2"),
+            (json!(["tool", "--client-secret", "hunter2"]), "hunter2"),
+            (json!(["openssl", "enc", "-aes256", "-pass", "pass:hunter2"]), "hunter2"),
+            (json!(["openssl", "pkcs12", "-passin", "pass:hunter2"]), "hunter2"),
+            (json!(["openssl", "pkcs12", "-passout", "pass:hunter2"]), "hunter2"),
+            (json!(["redis-cli", "-a", "hunter2", "ping"]), "hunter2"),
+            (json!(["zip", "-P", "hunter2", "a.zip", "f"]), "hunter2"),
+            (json!(["unzip", "-P", "hunter2", "a.zip"]), "hunter2"),
+            (json!(["7z", "a", "-phunter2", "a.7z", "f"]), "hunter2"),
+            (json!(["7z", "x", "-P", "hunter2", "a.7z"]), "hunter2"),
+            (json!(["env", "DB_PASS=hunter2"]), "hunter2"),
             (json!({"password": 12345678}), "12345678"),
         ];
         for (value, secret) in cases {
@@ -707,6 +819,13 @@ mod argv_tests {
         for value in [
             json!(["psql", "-p", "5432", "-h", "db"]),
             json!(["sudo", "-u", "root", "ls"]),
+            json!(["sudo", "-uroot", "ls"]),
+            json!(["sudo", "psql", "-p", "5432", "-U", "me"]),
+            json!(["ssh", "-p", "2222", "host"]),
+            json!(["zip", "-r", "a.zip", "dir"]),
+            json!(["git", "log", "--no-password-prompt", "x"]),
+            json!(["openssl", "enc", "-pass", "file:/tmp/pw"]),
+            json!(["curl", "--user=alice", "https://x.test"]),
             json!(["git", "commit", "-m", "fix the password reset page"]),
             json!(["cargo", "test", "--", "--test-threads=2"]),
             json!(["ls", "-la", "/tmp"]),

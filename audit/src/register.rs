@@ -42,16 +42,36 @@ pub(crate) struct RegisterInfo {
     pub last: HashMap<String, RegisterEvent>,
     /// Time of the last authentic line.
     pub last_time_ms: Option<u64>,
+    /// Line number (from 1) of the last authentic line, 0 if none.
+    pub last_authentic_line: u64,
+    /// Lines under a key not given that were collected anyway (`accept_unknown_keys`): line
+    /// number, claimed key id, hash, time. They feed neither `last`, `by_seq` nor
+    /// `last_time_ms`.
+    pub unknown: Vec<UnknownLine>,
+    /// Every key id a readable line claims.
+    pub key_ids: std::collections::HashSet<String>,
+}
+
+/// A line under a key id that was not given.
+#[derive(Debug, Clone)]
+pub(crate) struct UnknownLine {
+    pub line: u64,
+    pub key_id: String,
+    pub hash: Hash,
+    pub time_ms: Option<u64>,
 }
 
 /// Checks the register's chain and MACs (lines under keys not given are KEY_UNKNOWN) and
 /// collects what it records; with `accept_unknown_keys` (the writer, which holds only the
-/// current secret) lines under other keys are collected as well.
+/// current secret) lines under other keys still continue the chain and are listed in
+/// `unknown`, but nothing they claim (times, records) is taken: anyone can write a line under a
+/// made-up key id.
 pub(crate) fn check_register(
     path: &Path,
     data: &[u8],
     keys: &[InstallSecret],
     accept_unknown_keys: bool,
+    exclude_session: Option<&str>,
     findings: &mut Vec<Finding>,
 ) -> RegisterInfo {
     let mut info = RegisterInfo::default();
@@ -86,6 +106,7 @@ pub(crate) fn check_register(
                         format!("unknown register line type {:?}", h.kind),
                     )),
                     Ok(ev) => {
+                        info.key_ids.insert(ev.key_id.clone());
                         let authentic = crate::layout::valid_session_id(&ev.session)
                             && keys.iter().any(|k| {
                                 ct_eq(&k.register_key(&ev.project, &ev.session).mac(prefix), &mac)
@@ -130,14 +151,30 @@ pub(crate) fn check_register(
                                     "register prev is not the hash of the line before".into(),
                                 ));
                             }
-                            if let Some(t) = parse_time(h.time) {
-                                info.last_time_ms = Some(info.last_time_ms.map_or(t, |m| m.max(t)));
+                            if exclude_session == Some(ev.session.as_str()) {
+                                // The caller's own line (the writer's "creating project"
+                                // record): chained, but not evidence of what was before.
+                            } else if !authentic {
+                                // Not checkable here: the caller may build on it only by
+                                // naming it (the writer's `unverified`).
+                                info.unknown.push(UnknownLine {
+                                    line: line_no,
+                                    key_id: ev.key_id.clone(),
+                                    hash,
+                                    time_ms: parse_time(h.time),
+                                });
+                            } else {
+                                if let Some(t) = parse_time(h.time) {
+                                    info.last_time_ms =
+                                        Some(info.last_time_ms.map_or(t, |m| m.max(t)));
+                                }
+                                info.last_authentic_line = line_no;
+                                info.by_seq.insert(
+                                    h.seq,
+                                    (h.kind.to_string(), ev.project.clone(), ev.session.clone()),
+                                );
+                                info.last.insert(ev.project.clone(), ev);
                             }
-                            info.by_seq.insert(
-                                h.seq,
-                                (h.kind.to_string(), ev.project.clone(), ev.session.clone()),
-                            );
-                            info.last.insert(ev.project.clone(), ev);
                         }
                     }
                 }

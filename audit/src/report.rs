@@ -64,6 +64,12 @@ pub enum Code {
     /// recorded it (MACed) in its first line: the damage stays reported even after the
     /// evidence itself was rewritten or overwritten.
     FoundAtStart,
+    /// A session's writer built on a register or index line under a key id that no given key
+    /// and no session vouches for (a line forged under a made-up key id).
+    UnverifiedBase,
+    /// A key given to verify was used by no session, index or register line: the sessions
+    /// under it are gone (the audit folder and the register wiped).
+    KeyUnused,
 }
 
 impl Code {
@@ -93,6 +99,8 @@ impl Code {
             Code::Unreadable => "UNREADABLE",
             Code::ProjectMismatch => "PROJECT_MISMATCH",
             Code::FoundAtStart => "FOUND_AT_START",
+            Code::UnverifiedBase => "UNVERIFIED_BASE",
+            Code::KeyUnused => "KEY_UNUSED",
         }
     }
 }

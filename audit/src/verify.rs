@@ -691,10 +691,16 @@ pub fn verify(opts: &VerifyOptions) -> Report {
     let reg = root
         .as_deref()
         .and_then(|r| load_register(r, opts, uid, &mut report.findings));
+    let claimed = root.as_deref().map(claimed_key_ids).unwrap_or_default();
     let reg_ctx = RegCtx {
         path: &reg_path,
         info: reg.as_ref(),
+        session_key_ids: &claimed.sessions,
+        given_key_ids: opts.keys.iter().map(|k| hex(&k.key_id())).collect(),
     };
+    if let Some(root) = &root {
+        key_unused(root, opts, &claimed, reg.as_ref(), &mut report.findings);
+    }
     match &opts.target {
         VerifyTarget::Project(dir) => {
             witnessed_all &= verify_project(dir, opts, uid, &reg_ctx, &mut report);
@@ -734,10 +740,17 @@ pub fn verify(opts: &VerifyOptions) -> Report {
                     reg.last.keys().filter(|p| !local.contains(*p)).collect();
                 gone.sort();
                 for p in gone {
+                    // Only a "creating project" record (index length 0): the writer may have
+                    // died before it created the folder.
+                    let creating = reg.last.get(p).is_some_and(|e| e.index_lines == 0);
                     report.findings.push(Finding::new(
                         &root.join(p),
                         Code::FileMissing,
-                        Severity::Error,
+                        if creating {
+                            Severity::Warning
+                        } else {
+                            Severity::Error
+                        },
                         format!(
                             "the register records sessions of project {p} (the last one {}), whose audit folder is gone",
                             reg.last.get(p).map_or("", |e| e.session.as_str())
@@ -784,6 +797,114 @@ struct RegCtx<'a> {
     path: &'a Path,
     /// `None`: there is no register (or it could not be read; that is reported).
     info: Option<&'a RegisterInfo>,
+    /// Key ids claimed by the first line of any session file under the audit root.
+    session_key_ids: &'a HashSet<String>,
+    /// Key ids of the keys given.
+    given_key_ids: HashSet<String>,
+}
+
+/// Key ids claimed anywhere under the audit root, read without checking MACs.
+#[derive(Default)]
+struct ClaimedKeys {
+    /// By a session file's first line.
+    sessions: HashSet<String>,
+    /// By a session's first line or an index line.
+    any: HashSet<String>,
+}
+
+fn claimed_key_ids(root: &Path) -> ClaimedKeys {
+    let mut out = ClaimedKeys::default();
+    let Ok(rd) = fs::read_dir(root) else {
+        return out;
+    };
+    let key_of = |bytes: &[u8]| -> Option<String> {
+        let (prefix, _) = line::split_mac(bytes)?;
+        let h = line::parse_header(prefix)?;
+        let v = crate::json::parse(h.event).ok()?;
+        v.get("key_id")?.as_str().map(str::to_string)
+    };
+    for dir in rd.filter_map(Result::ok) {
+        if !dir
+            .file_name()
+            .to_str()
+            .is_some_and(layout::valid_project_dir_name)
+        {
+            continue;
+        }
+        let Ok(files) = fs::read_dir(dir.path()) else {
+            continue;
+        };
+        for f in files.filter_map(Result::ok) {
+            let name = f.file_name().to_string_lossy().into_owned();
+            let Ok(file) = fsx::open_read(&f.path()) else {
+                continue;
+            };
+            if name == layout::INDEX_FILE {
+                let mut data = Vec::new();
+                if std::io::Read::read_to_end(&mut &file, &mut data).is_ok() {
+                    let (lines, _) = layout::split_lines(&data);
+                    out.any.extend(lines.iter().filter_map(|(_, l)| key_of(l)));
+                }
+            } else if name.ends_with(".jsonl") {
+                let mut first = Vec::new();
+                let mut r = std::io::BufReader::new(&file);
+                let limit = crate::MAX_LINE_BYTES as u64 + 1;
+                if std::io::BufRead::read_until(
+                    &mut std::io::Read::take(&mut r, limit),
+                    b'\n',
+                    &mut first,
+                )
+                .is_ok()
+                {
+                    if first.last() == Some(&b'\n') {
+                        first.pop();
+                    }
+                    if let Some(k) = key_of(&first) {
+                        out.sessions.insert(k.clone());
+                        out.any.insert(k);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// KEY_UNUSED: an exported secret given to verify (not the one on disk) that no session
+/// first line, index line or register line names. The user kept it because sessions were
+/// written under it; that none remains means they were removed with every trace. Checked only
+/// when `keys_dir` is known (to tell the secret on disk from exported ones).
+fn key_unused(
+    root: &Path,
+    opts: &VerifyOptions,
+    claimed: &ClaimedKeys,
+    reg: Option<&RegisterInfo>,
+    findings: &mut Vec<Finding>,
+) {
+    let Some(keys_dir) = &opts.keys_dir else {
+        return;
+    };
+    let on_disk = InstallSecret::load(keys_dir)
+        .ok()
+        .flatten()
+        .map(|k| hex(&k.key_id()));
+    for k in &opts.keys {
+        let id = hex(&k.key_id());
+        if on_disk.as_deref() == Some(id.as_str())
+            || claimed.any.contains(&id)
+            || reg.is_some_and(|r| r.key_ids.contains(&id))
+        {
+            continue;
+        }
+        findings.push(Finding::new(
+            root,
+            Code::KeyUnused,
+            Severity::Error,
+            format!(
+                "the exported key {id} was given, but no session, index line or register line under it remains: its sessions were removed with every trace (the audit folder and the register wiped?)"
+            ),
+        ));
+    }
 }
 
 /// Reads and checks the install-wide register, and compares the audit root's and the
@@ -800,7 +921,7 @@ fn load_register(
     let reg_meta = fs::symlink_metadata(&path).ok();
     check_meta(&path, false, uid, findings);
     let data = read_nofollow(&path, findings)??;
-    let info = check_register(&path, &data, &opts.keys, false, findings);
+    let info = check_register(&path, &data, &opts.keys, false, None, findings);
     let slack = u64::try_from(opts.ctime_slack.as_millis()).unwrap_or(u64::MAX);
     if let Some(t) = info.last_time_ms {
         for (p, meta) in [(root, &root_meta), (path.as_path(), &reg_meta)] {
@@ -892,14 +1013,21 @@ pub(crate) struct IndexInfo {
     mentioned: HashSet<String>,
     pub starts: Vec<(u64, IndexStartEvent)>,
     pub closes: HashMap<String, (u64, IndexCloseEvent)>,
+    /// Time of the last authentic line (lines under unknown keys do not count).
     pub last_time_ms: Option<u64>,
+    /// Line number of the last authentic line, 0 if none.
+    pub last_authentic_line: u64,
+    /// Lines under keys not given, collected with `accept_unknown_keys`.
+    pub unknown: Vec<crate::register::UnknownLine>,
 }
 
 /// Checks a project index's chain and MACs (also used by the writer at `open`).
 ///
-/// `accept_unknown_keys`: collect lines under keys not given as if authentic (still reported
-/// KEY_UNKNOWN). The writer does so: it holds only the current secret, and lines under an
-/// exported one cannot be forged either; an edit to one is BAD_MAC for verify with that key.
+/// `accept_unknown_keys`: lines under keys not given (still reported KEY_UNKNOWN) continue the
+/// chain and their starts and closes are collected, but their times are not (`last_time_ms`
+/// counts authentic lines only) and they are listed in `unknown`. The writer does so: it holds
+/// only the current secret, and anyone can write a line under a made-up key id, so it names
+/// the ones it builds on (`StartEvent::unverified`) for verify to check.
 pub(crate) fn verify_index(
     path: &Path,
     project: &str,
@@ -914,6 +1042,8 @@ pub(crate) fn verify_index(
         starts: Vec::new(),
         closes: HashMap::new(),
         last_time_ms: None,
+        last_authentic_line: 0,
+        unknown: Vec::new(),
     };
     let (lines, torn) = split_lines(data);
     let mut prev = ZERO_HASH;
@@ -1012,8 +1142,19 @@ pub(crate) fn verify_index(
                                     "index prev is not the hash of the line before".into(),
                                 ));
                             }
-                            if let Some(t) = crate::util::parse_time(h.time) {
-                                info.last_time_ms = Some(info.last_time_ms.map_or(t, |m| m.max(t)));
+                            if authentic {
+                                if let Some(t) = crate::util::parse_time(h.time) {
+                                    info.last_time_ms =
+                                        Some(info.last_time_ms.map_or(t, |m| m.max(t)));
+                                }
+                                info.last_authentic_line = line_no;
+                            } else {
+                                info.unknown.push(crate::register::UnknownLine {
+                                    line: line_no,
+                                    key_id: claimed_key.to_string(),
+                                    hash,
+                                    time_ms: crate::util::parse_time(h.time),
+                                });
                             }
                             match ev {
                                 IndexEvent::Start(s) => info.starts.push((line_no, s)),
@@ -1078,6 +1219,15 @@ fn verify_project(
     match &dir_meta {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             match reg.info.and_then(|r| r.last.get(&dir_name)) {
+                Some(rec) if rec.index_lines == 0 => findings.push(Finding::new(
+                    dir,
+                    Code::FileMissing,
+                    Severity::Warning,
+                    format!(
+                        "the register records only that session {} was creating this project's audit folder, which is not there: its writer died before creating it?",
+                        rec.session
+                    ),
+                )),
                 Some(rec) => findings.push(Finding::new(
                     dir,
                     Code::FileMissing,
@@ -1175,6 +1325,8 @@ fn verify_project(
         starts: Vec::new(),
         closes: HashMap::new(),
         last_time_ms: None,
+        last_authentic_line: 0,
+        unknown: Vec::new(),
     };
     let index = index.unwrap_or(empty_index);
     if let Some(rec) = reg.info.and_then(|r| r.last.get(&dir_name)) {
@@ -1297,6 +1449,25 @@ fn verify_project(
                     format!(
                         "when this session started, its writer found {} at {}: {}",
                         p.code, p.file, p.detail
+                    ),
+                )
+                .at(Some(0), 1),
+            );
+        }
+        for u in &start.unverified {
+            if reg.given_key_ids.contains(&u.key_id) || reg.session_key_ids.contains(&u.key_id) {
+                // Under a given key the line itself is checked (BAD_MAC if forged); under a
+                // key some session uses, it is KEY_UNKNOWN until that key is given.
+                continue;
+            }
+            findings.push(
+                Finding::new(
+                    &st.path,
+                    Code::UnverifiedBase,
+                    Severity::Error,
+                    format!(
+                        "this session's writer built on {} line {} (hash {}) under key {}, which no given key and no session has: a line forged under a made-up key id",
+                        u.file, u.line, u.hash, u.key_id
                     ),
                 )
                 .at(Some(0), 1),

@@ -13,8 +13,8 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::error::AuditError;
 use crate::events::{
     head_hex, Attest, AttestState, IndexCloseEvent, IndexStartEvent, Problem, RegisterEvent,
-    SealEvent, StartEvent, INDEX_CLOSE, INDEX_START, KIND_END, KIND_SEAL, KIND_START,
-    RESERVED_KINDS,
+    SealEvent, StartEvent, UnverifiedLine, INDEX_CLOSE, INDEX_START, KIND_END, KIND_SEAL,
+    KIND_START, RESERVED_KINDS,
 };
 use crate::fsx;
 use crate::index::{IndexEvent, LockedIndex};
@@ -168,28 +168,47 @@ impl SessionWriter {
             dir: std::fs::symlink_metadata(&dir).ok(),
             index: std::fs::symlink_metadata(dir.join(layout::INDEX_FILE)).ok(),
         };
-        fsx::ensure_private_dir(&dir, uid)?;
         let id = layout::new_session_id()?;
+        let key_id = hex(&secret.key_id());
+        let register_key = secret.register_key(&dir_name, &id);
+        if before.dir.is_none() {
+            // Creating the project folder moves the audit root's ctime: record it in the
+            // register first (index length 0), so that a crash before this session's own
+            // register line never looks like a change after the last recorded write.
+            let mut register = LockedIndex::open_path(reg_path.clone(), uid, cfg.fsync)?;
+            register.append(
+                INDEX_START,
+                &to_value(&RegisterEvent {
+                    project: dir_name.clone(),
+                    session: id.clone(),
+                    key_id: key_id.clone(),
+                    index_lines: 0,
+                    index_head: hex(&ZERO_HASH),
+                }),
+                &register_key,
+                cfg.fsync,
+            )?;
+        }
+        fsx::ensure_private_dir(&dir, uid)?;
 
         // Lock order, everywhere: the project index, then the register.
         let mut index = LockedIndex::open(&dir, uid, cfg.fsync)?;
         let mut register = LockedIndex::open_path(reg_path.clone(), uid, cfg.fsync)?;
-        let found_at_start = survey(
+        let (found_at_start, unverified) = survey(
             &Survey {
                 root: &cfg.audit_root,
                 reg_path: &reg_path,
                 dir: &dir,
                 dir_name: &dir_name,
                 before: &before,
+                session: &id,
             },
             &index,
             &register,
             &secret,
         );
         let (prev_session, recovered) = attest_others(&dir, &index.events);
-        let key_id = hex(&secret.key_id());
         let index_key = secret.index_key(&dir_name, &id);
-        let register_key = secret.register_key(&dir_name, &id);
         index.append(
             INDEX_START,
             &to_value(&IndexStartEvent {
@@ -276,6 +295,7 @@ impl SessionWriter {
             info,
             register: Some(register_seq),
             found_at_start,
+            unverified,
         });
         w.write_line(KIND_START, &ev)?;
         w.epoch_lines += 1;
@@ -680,6 +700,8 @@ struct Survey<'a> {
     dir: &'a Path,
     dir_name: &'a str,
     before: &'a Before,
+    /// The new session (its own "creating project" register line is not evidence).
+    session: &'a str,
 }
 
 fn problem_of(f: &Finding) -> Problem {
@@ -701,7 +723,7 @@ fn survey(
     index: &LockedIndex,
     register: &LockedIndex,
     secret: &InstallSecret,
-) -> Vec<Problem> {
+) -> (Vec<Problem>, Vec<UnverifiedLine>) {
     let slack = u64::try_from(crate::verify::DEFAULT_CTIME_SLACK.as_millis()).unwrap_or(u64::MAX);
     let keys = std::slice::from_ref(secret);
     let mut found: Vec<Finding> = Vec::new();
@@ -721,17 +743,37 @@ fn survey(
     };
 
     // The register.
-    let reg = check_register(s.reg_path, &register.data, keys, true, &mut found);
+    // Times and records are taken only from lines MACed under this writer's own secret: a
+    // line under another key id cannot be checked here, and anyone can write one under a
+    // made-up id. Those after the last own line (what this session builds on) are named in
+    // `unverified` for verify to check; only when no own line exists (a new secret after an
+    // export) do their times serve as the anchor.
+    let reg = check_register(
+        s.reg_path,
+        &register.data,
+        keys,
+        true,
+        Some(s.session),
+        &mut found,
+    );
+    let mut unverified = Vec::new();
+    let reg_anchor = anchor(
+        "register",
+        reg.last_time_ms,
+        reg.last_authentic_line,
+        &reg.unknown,
+        &mut unverified,
+    );
     found.extend(late(
         s.root,
         &s.before.root,
-        reg.last_time_ms,
+        reg_anchor,
         "the register's last entry",
     ));
     found.extend(late(
         s.reg_path,
         &s.before.register,
-        reg.last_time_ms,
+        reg_anchor,
         "its last entry",
     ));
 
@@ -740,7 +782,9 @@ fn survey(
     let idx =
         crate::verify::verify_index(&index_path, s.dir_name, &index.data, keys, true, &mut found);
     if let Some(rec) = reg.last.get(s.dir_name) {
-        if s.before.dir.is_none() {
+        // A "creating project" record (index length 0) whose writer died before the folder
+        // existed proves nothing was in it.
+        if s.before.dir.is_none() && rec.index_lines > 0 {
             found.push(Finding::new(
                 s.dir,
                 crate::Code::FileMissing,
@@ -754,17 +798,24 @@ fn survey(
             found.extend(index_against_register(&index_path, &idx.line_hashes, rec));
         }
     }
+    let idx_anchor = anchor(
+        "index",
+        idx.last_time_ms,
+        idx.last_authentic_line,
+        &idx.unknown,
+        &mut unverified,
+    );
     found.extend(late(
         &index_path,
         &s.before.index,
-        idx.last_time_ms,
+        idx_anchor,
         "the index's last entry",
     ));
 
     // The folder: every write in it is followed by a recorded line, except a running or dead
     // writer's last checkpoint; running writers make the comparison meaningless (it is left
     // to verify), dead ones' last lines count as recorded.
-    let mut recorded = idx.last_time_ms;
+    let mut recorded = idx_anchor;
     let mut live = false;
     let settled: HashSet<&str> = idx
         .starts
@@ -871,11 +922,36 @@ fn survey(
             }
         }
     }
-    found
+    let problems = found
         .iter()
         .filter(|f| f.severity == Severity::Error)
         .map(problem_of)
-        .collect()
+        .collect();
+    (problems, unverified)
+}
+
+/// At most this many unverified lines per file are named in a first line.
+const MAX_UNVERIFIED: usize = 64;
+
+/// The time to compare ctimes with: the last own line's, or, with no own line at all, the last
+/// unknown-key line's. Names every unknown-key line after the last own line in `out`.
+fn anchor(
+    file: &str,
+    own: Option<u64>,
+    last_own_line: u64,
+    unknown: &[crate::register::UnknownLine],
+    out: &mut Vec<UnverifiedLine>,
+) -> Option<u64> {
+    let after: Vec<&crate::register::UnknownLine> =
+        unknown.iter().filter(|u| u.line > last_own_line).collect();
+    let skip = after.len().saturating_sub(MAX_UNVERIFIED);
+    out.extend(after.iter().skip(skip).map(|u| UnverifiedLine {
+        file: file.to_string(),
+        line: u.line,
+        key_id: u.key_id.clone(),
+        hash: hex(&u.hash),
+    }));
+    own.or_else(|| unknown.iter().filter_map(|u| u.time_ms).max())
 }
 
 /// Time of the last complete line of a session file.

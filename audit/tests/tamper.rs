@@ -309,8 +309,9 @@ fn a_deleted_newest_session() {
     // same, so locally this is undecidable (exit 2) ...
     let register = env.cfg.audit_root.with_file_name("audit.register.jsonl");
     let reg_lines = read_lines(&register);
-    assert_eq!(reg_lines.len(), 4);
-    write_lines(&register, &reg_lines[..3]);
+    // The first session's "creating project" line, then a start and a close per session.
+    assert_eq!(reg_lines.len(), 5);
+    write_lines(&register, &reg_lines[..4]);
     let mut o = env.options();
     o.ctime_slack = Duration::from_secs(86_400);
     let r = garuda_audit::verify(&o);
@@ -320,7 +321,7 @@ fn a_deleted_newest_session() {
 
     // ... and with every trace gone, the ctimes still tell (root could hide it).
     write_lines(&index, &index_lines[..2]);
-    write_lines(&register, &reg_lines[..2]);
+    write_lines(&register, &reg_lines[..3]);
     o.ctime_slack = Duration::from_millis(20);
     let r = garuda_audit::verify(&o);
     assert_outcome(&r, Outcome::Undecidable);

@@ -1081,7 +1081,11 @@ fn second_review_findings() {
     }
     for path in ["src/cd", "src/pc"] {
         let d = w.decide(write_req(path), &sandbox());
-        assert_eq!((d.verdict, d.step), (Verdict::Deny, Step::GitWrite), "{path}: {d}");
+        assert_eq!(
+            (d.verdict, d.step),
+            (Verdict::Deny, Step::GitWrite),
+            "{path}: {d}"
+        );
     }
     for line in [
         "cd src/evil && git status",
