@@ -118,20 +118,30 @@ extern "C" fn on_forwarded_signal(signal: libc::c_int) {
 
 /// While alive, SIGINT, SIGTERM and SIGHUP do not end the supervisor: they kill the command
 /// registered with [`forward_signals_to`] (its whole sandbox goes with it) and are remembered,
-/// so the supervisor reports, records and cleans up before it exits. Dropping it restores the
-/// default actions.
+/// so the supervisor reports, records and cleans up before it exits. A signal the supervisor
+/// was started ignoring (`nohup` ignores SIGHUP) stays ignored. Dropping it restores the
+/// actions it replaced.
 pub struct SignalForwarding {
-    _private: (),
+    /// The actions replaced, to put back.
+    replaced: Vec<(libc::c_int, libc::sigaction)>,
 }
 
 impl SignalForwarding {
     /// Installs the handlers.
     pub fn install() -> io::Result<SignalForwarding> {
+        let mut forwarding = SignalForwarding {
+            replaced: Vec::new(),
+        };
         for signal in FORWARDED {
+            let old = current_action(signal)?;
+            if old.sa_sigaction == libc::SIG_IGN {
+                continue;
+            }
             let handler: extern "C" fn(libc::c_int) = on_forwarded_signal;
             set_action(signal, handler as *const () as libc::sighandler_t)?;
+            forwarding.replaced.push((signal, old));
         }
-        Ok(SignalForwarding { _private: () })
+        Ok(forwarding)
     }
 
     /// The signal received since [`SignalForwarding::install`], if any.
@@ -146,10 +156,21 @@ impl SignalForwarding {
 impl Drop for SignalForwarding {
     fn drop(&mut self) {
         FORWARD_TARGET.store(0, std::sync::atomic::Ordering::SeqCst);
-        for signal in FORWARDED {
-            let _ = set_action(signal, libc::SIG_DFL);
+        for (signal, old) in &self.replaced {
+            // SAFETY: `old` is the action sigaction returned for this signal; restoring it
+            // passes only valid pointers (the old action, no output).
+            unsafe { libc::sigaction(*signal, old, std::ptr::null_mut()) };
         }
     }
+}
+
+/// The action currently installed for `signal`.
+fn current_action(signal: libc::c_int) -> io::Result<libc::sigaction> {
+    // SAFETY: sigaction is plain data; all-zero is a valid value for the kernel to fill.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new action only queries; `old` is a valid sigaction to fill.
+    cvt(unsafe { libc::sigaction(signal, std::ptr::null(), &mut old) } as libc::c_long)?;
+    Ok(old)
 }
 
 /// Registers the command the handler kills (`0` to clear). A negative value names a process

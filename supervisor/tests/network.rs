@@ -1136,3 +1136,48 @@ fn the_proxy_socket_is_out_of_the_sandbox_even_with_tmpdir_in_the_project() {
         assert_eq!(std::fs::read_dir(&tmpdir).unwrap().count(), 0, "{executor}");
     }
 }
+
+/// A signal garuda was started ignoring stays ignored: under `nohup`, SIGHUP neither kills
+/// garuda nor its command (negative control of the forwarding above, which kills on SIGHUP).
+#[test]
+fn a_signal_ignored_at_start_stays_ignored() {
+    let w = world();
+    let out = w.project.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let child = Command::new("nohup")
+        .arg(garuda())
+        .args(["sandbox", "--executor", "landlock", "--project"])
+        .arg(&w.project)
+        .args([
+            "--",
+            BASH,
+            "-c",
+            "echo started > out/started; sleep 1; echo survived > out/survived",
+        ])
+        .current_dir(&w.project)
+        .env("HOME", &w.home)
+        .env_remove("GARUDA_HOME")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !out.join("started").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the command did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(
+        out.join("survived").exists(),
+        "the command was killed by SIGHUP under nohup"
+    );
+}
