@@ -401,15 +401,19 @@ impl<'a> Engine<'a> {
                 ("cd" | "chdir", []) => current.dirs.push(self.home.clone()),
                 ("cd" | "pushd" | "chdir", [dir]) if !c.dynamic && !dir.starts_with('-') => {
                     let target = self.expand_tilde(dir);
-                    let more: Vec<PathBuf> = if target.is_absolute() {
-                        vec![resolve_like_the_kernel(&target)]
+                    let bases: Vec<PathBuf> = if target.is_absolute() {
+                        vec![PathBuf::from("/")]
                     } else {
-                        current
-                            .dirs
-                            .iter()
-                            .map(|d| resolve_like_the_kernel(&d.join(&target)))
-                            .collect()
+                        current.dirs.clone()
                     };
+                    // bash's `cd` is logical by default: `link/..` is the folder holding the
+                    // link, not the link target's parent. Keep both readings.
+                    let mut more = Vec::new();
+                    for base in bases {
+                        let joined = base.join(&target);
+                        more.push(lexical(&joined, Path::new("/")));
+                        more.push(resolve_like_the_kernel(&joined));
+                    }
                     for dir in more {
                         if !current.dirs.contains(&dir) {
                             current.dirs.push(dir);
@@ -438,6 +442,41 @@ impl<'a> Engine<'a> {
             }
         }
         out
+    }
+
+    /// Whether the project holds a repository besides its own: `.git/modules`, or a `.git`
+    /// (folder or file) below the root. git recurses into submodules and reads their config,
+    /// which a sandboxed command can write. The walk stops at 20,000 entries and then answers
+    /// yes (fail closed).
+    fn has_nested_repository(&self) -> bool {
+        const LIMIT: usize = 20_000;
+        if self.project_root.join(".git/modules").exists() {
+            return true;
+        }
+        let mut stack = vec![self.project_root.clone()];
+        let mut seen = 0usize;
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                seen += 1;
+                if seen > LIMIT {
+                    return true;
+                }
+                let name = entry.file_name();
+                if name == ".git" {
+                    if dir != self.project_root {
+                        return true;
+                    }
+                    continue;
+                }
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(entry.path());
+                }
+            }
+        }
+        false
     }
 
     /// Whether any deny or ask rule applies to commands.
@@ -847,7 +886,7 @@ impl<'a> Engine<'a> {
                     format!("`{shown}` is only known when it runs, so no rule can allow it"),
                 );
             }
-            if let Some(why) = not_allowable_on_the_host(c, cwd) {
+            if let Some(why) = not_allowable_on_the_host(c, cwd, &|| self.has_nested_repository()) {
                 return Decision::new(Verdict::Ask, Step::NoRule, vec![], why);
             }
             let found = self
@@ -1034,13 +1073,15 @@ fn path_arguments(c: &SimpleCommand) -> Vec<String> {
     c.argv
         .iter()
         .skip(1)
-        .filter_map(|w| {
-            // An option's attached value (`--file=~/.aws/credentials`), or the word itself.
-            match w.split_once('=') {
+        .flat_map(|w| {
+            // The word itself, and an option's attached value (`--file=~/.aws/credentials`).
+            // Words that start with `-` are kept: after `--`, or a file named `-k`, they are
+            // files; a real option names nothing that exists and is skipped later.
+            let attached = match w.split_once('=') {
                 Some((opt, value)) if opt.starts_with('-') => Some(value.to_owned()),
-                _ if w.starts_with('-') => None,
-                _ => Some(w.clone()),
-            }
+                _ => None,
+            };
+            std::iter::once(w.clone()).chain(attached)
         })
         .collect()
 }
@@ -1049,6 +1090,9 @@ fn path_arguments(c: &SimpleCommand) -> Vec<String> {
 /// name), or a bare word that names something that exists at one of `places` (a link `k` in
 /// the project to `~/.ssh/id_rsa`, `credentials` after `cd ~/.aws`).
 fn judged_as_path(word: &str, places: &[PathBuf]) -> bool {
+    if word.starts_with('-') {
+        return places.iter().any(|p| std::fs::symlink_metadata(p).is_ok());
+    }
     word.contains('/')
         || word == "~"
         || word.starts_with("~/")
@@ -1092,7 +1136,11 @@ fn option_writes(c: &SimpleCommand) -> Vec<String> {
 /// sandboxed command wrote has a config whose `core.fsmonitor`, hooks or pager run code on the
 /// host; only the project's own `.git/config` and hooks are kept read-only), and paths through
 /// `/proc/<pid>` or `/dev/fd`, which name the deciding process's files, not the shell's.
-fn not_allowable_on_the_host(c: &SimpleCommand, cwd: &Cwds) -> Option<String> {
+fn not_allowable_on_the_host(
+    c: &SimpleCommand,
+    cwd: &Cwds,
+    nested_repository: &dyn Fn() -> bool,
+) -> Option<String> {
     let words: Vec<&String> = c.argv.iter().chain(&c.writes).chain(&c.reads).collect();
     if let Some(w) = words.iter().find(|w| {
         ["/proc/", "/dev/fd/"]
@@ -1106,6 +1154,13 @@ fn not_allowable_on_the_host(c: &SimpleCommand, cwd: &Cwds) -> Option<String> {
     let name = c.argv.iter().find(|w| !is_assignment(w))?;
     if name.rsplit('/').next() != Some("git") {
         return None;
+    }
+    if nested_repository() {
+        return Some(
+            "the project holds another repository (a submodule or a nested `.git`) whose config \
+             a sandboxed command could write, and git reads it: asked"
+                .to_owned(),
+        );
     }
     let elsewhere = cwd.dirs.len() > 1 || cwd.unknown;
     let redirected = c.argv.iter().any(|a| {

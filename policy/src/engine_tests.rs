@@ -1102,3 +1102,49 @@ fn second_review_findings() {
         assert_eq!(d.verdict, Verdict::Allow, "{line:?}: {d}");
     }
 }
+
+/// The third review's bypasses, each allowed before its fix.
+#[test]
+fn third_review_findings() {
+    let w = world(
+        "",
+        r#"{"permissions": {
+            "allow": ["Bash(git status)", "Bash(echo *)", "Bash(cat *)", "Bash(cd *)"],
+            "deny": ["Bash(rm *)"]}}"#,
+        "",
+    );
+    let home = &w.host.home;
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_rsa"), "key").unwrap();
+    let src = w.root.join("src");
+    std::os::unix::fs::symlink(".", src.join("l")).unwrap();
+    std::os::unix::fs::symlink("../.git", src.join("src")).unwrap();
+    std::os::unix::fs::symlink(home.join(".ssh"), src.join("ss")).unwrap();
+    std::os::unix::fs::symlink(home.join(".ssh/id_rsa"), w.root.join("-k")).unwrap();
+    let host = host_only();
+    for (line, step) in [
+        // bash's logical `cd src/l/..` lands in src/, where `src/hooks` is `.git/hooks`.
+        (
+            "cd src/l/.. && echo x > src/hooks/pre-commit",
+            Step::GitWrite,
+        ),
+        ("cd src/l/.. && cat ss/id_rsa", Step::SensitivePath),
+        // A file named like an option.
+        ("cat -- -k", Step::SensitivePath),
+        ("cat -n -k", Step::SensitivePath),
+    ] {
+        let d = w.decide(bash(line), &host);
+        assert_eq!((d.verdict, d.step), (Verdict::Deny, step), "{line:?}: {d}");
+    }
+    // Negative control for the submodule case: with no nested repository, `git status` is
+    // allowed; with one, it is asked.
+    let d = w.decide(bash("git status"), &host);
+    assert_eq!(d.verdict, Verdict::Allow, "{d}");
+    std::fs::create_dir_all(w.root.join("sub/.git")).unwrap();
+    let d = w.decide(bash("git status"), &host);
+    assert_eq!((d.verdict, d.step), (Verdict::Ask, Step::NoRule), "{d}");
+    assert!(d.reason.contains("another repository"), "{d}");
+    // Options that name no file are not paths.
+    let d = w.decide(bash("cat -n README"), &host);
+    assert_ne!(d.step, Step::SensitivePath, "{d}");
+}

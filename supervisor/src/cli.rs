@@ -924,7 +924,7 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
     }))?;
     if !staged {
         let guard = GitGuard::snapshot(&policy);
-        let (outcome, interrupted) =
+        let (outcome, interrupted, _signals) =
             run_forwarding_signals(&*selection.executor, &spec, &policy, mode);
         // Every process of the command is gone: nothing can race the guard.
         let violations: Vec<String> = guard.restore().iter().map(|v| v.to_string()).collect();
@@ -1019,15 +1019,26 @@ fn run_forwarding_signals(
     spec: &CommandSpec,
     policy: &garuda_policy::ExecPolicy,
     mode: StdioMode,
-) -> (Result<executor::Outcome, executor::ExecError>, Option<i32>) {
-    let forwarding = crate::sys::SignalForwarding::install();
-    if let Err(e) = &forwarding {
-        // Not a confinement: without it a signal simply ends garuda the old way.
-        eprintln!("garuda: cannot catch signals ({e}); a signal will end garuda without cleanup");
-    }
+) -> (
+    Result<executor::Outcome, executor::ExecError>,
+    Option<i32>,
+    Option<crate::sys::SignalForwarding>,
+) {
+    let forwarding = match crate::sys::SignalForwarding::install() {
+        Ok(f) => Some(f),
+        Err(e) => {
+            // Not a confinement: without it a signal simply ends garuda the old way.
+            eprintln!(
+                "garuda: cannot catch signals ({e}); a signal will end garuda without cleanup"
+            );
+            None
+        }
+    };
     let outcome = executor.run(spec, policy, mode);
-    let received = forwarding.as_ref().ok().and_then(|f| f.received());
-    (outcome, received)
+    let received = forwarding.as_ref().and_then(|f| f.received());
+    // The caller keeps the handlers until its cleanup is done: a second Ctrl-C then only
+    // records itself instead of ending garuda half-way (the command is already gone).
+    (outcome, received, forwarding)
 }
 
 /// Print captured output and the timeout or signal note; the exit code to return.
@@ -1060,7 +1071,8 @@ fn run_staged(
 ) -> Result<(executor::Outcome, &'static str, Option<i32>)> {
     let mark = session.prepare()?;
     policy.staged = Some(session.view());
-    let (outcome, interrupted) = run_forwarding_signals(executor, spec, &policy, mode);
+    // Dropped before the apply/discard question, which Ctrl-C must be able to interrupt.
+    let (outcome, interrupted, _) = run_forwarding_signals(executor, spec, &policy, mode);
     let outcome = outcome.map_err(|e| anyhow!(e))?;
     let set = session.changes(&mark)?;
     if set.is_empty() {

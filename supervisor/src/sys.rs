@@ -108,12 +108,17 @@ static FORWARD_RECEIVED: std::sync::atomic::AtomicI32 = std::sync::atomic::Atomi
 /// The handler: only atomics and `kill`, all async-signal-safe.
 extern "C" fn on_forwarded_signal(signal: libc::c_int) {
     use std::sync::atomic::Ordering;
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life;
+    // it is saved and put back so the interrupted code's errno survives the `kill` below.
+    let saved_errno = unsafe { *libc::__errno_location() };
     let _ = FORWARD_RECEIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
     let target = FORWARD_TARGET.load(Ordering::SeqCst);
     if target != 0 {
         // SAFETY: kill is async-signal-safe and takes no pointers.
         unsafe { libc::kill(target, libc::SIGKILL) };
     }
+    // SAFETY: as above, the same thread's errno slot.
+    unsafe { *libc::__errno_location() = saved_errno };
 }
 
 /// While alive, SIGINT, SIGTERM and SIGHUP do not end the supervisor: they kill the command
@@ -129,6 +134,9 @@ pub struct SignalForwarding {
 impl SignalForwarding {
     /// Installs the handlers.
     pub fn install() -> io::Result<SignalForwarding> {
+        // One forwarded run per process at a time: a signal of an earlier run is forgotten.
+        FORWARD_RECEIVED.store(0, std::sync::atomic::Ordering::SeqCst);
+        FORWARD_TARGET.store(0, std::sync::atomic::Ordering::SeqCst);
         let mut forwarding = SignalForwarding {
             replaced: Vec::new(),
         };
