@@ -224,40 +224,55 @@ fn decode_status(status: libc::c_int) -> RawExit {
 /// Wait for `pid`; if `timeout` passes first, SIGKILL it (and so, through the death signal,
 /// its whole sandbox), reap it and return `None`.
 pub fn wait_pid(pid: libc::pid_t, timeout: Option<Duration>) -> io::Result<Option<RawExit>> {
-    if let Some(limit) = timeout {
-        // SAFETY: pidfd_open takes a pid and flags; no pointers.
-        let pidfd = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
-        // SAFETY: pidfd_open returned a fresh descriptor we own.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
-        let deadline = Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let mut pfd = libc::pollfd {
-                fd: pidfd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = left.as_millis().min(i32::MAX as u128) as libc::c_int;
-            // SAFETY: `pfd` is one valid pollfd.
-            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
+    let exited = wait_exited(pid, timeout)?;
+    if !exited {
+        let _ = kill(pid, libc::SIGKILL);
+        wait_exited(pid, None)?;
+    }
+    // The child is a zombie: its pid cannot be reused yet. Stop forwarding signals to it
+    // before it is reaped, so a late signal never reaches a process that took the pid.
+    forward_signals_to(0);
+    let status = reap(pid)?;
+    Ok(exited.then_some(status))
+}
+
+/// Waits until `pid` (a child of this process) has exited, without reaping it; `false` when
+/// `timeout` passed first (the child still runs).
+pub fn wait_exited(pid: libc::pid_t, timeout: Option<Duration>) -> io::Result<bool> {
+    // SAFETY: pidfd_open takes a pid and flags; no pointers.
+    let pidfd = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    // SAFETY: pidfd_open returned a fresh descriptor we own.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+    let deadline = timeout.map(|limit| Instant::now() + limit);
+    loop {
+        let ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                left.as_millis().min(i32::MAX as u128) as libc::c_int
             }
-            if n > 0 {
-                break;
+        };
+        let mut pfd = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `pfd` is one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
             }
-            if left.is_zero() {
-                let _ = kill(pid, libc::SIGKILL);
-                reap(pid)?;
-                return Ok(None);
-            }
+            return Err(e);
+        }
+        if n > 0 {
+            return Ok(true);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(false);
         }
     }
-    reap(pid).map(Some)
 }
 
 fn reap(pid: libc::pid_t) -> io::Result<RawExit> {

@@ -490,8 +490,8 @@ impl Executor for BubblewrapExecutor {
         let err = child.stderr.take().map(|s| spawn_reader(s, cap));
         // A signal to the supervisor kills bwrap, and with it (PID 1 of the sandbox) the rest.
         sys::forward_signals_to(child.id() as libc::pid_t);
+        // `wait_child` stops the forwarding before it reaps (the pid cannot be reused meanwhile).
         let status = wait_child(&mut child, policy.limits.timeout, false);
-        sys::forward_signals_to(0);
         // bwrap is gone, and with it (--die-with-parent, PID 1) the whole sandbox.
         drop(bridge);
         remove_limit(&limit);

@@ -6,7 +6,7 @@
 
 use std::io::Read;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Captured, ExecError, ExitStatus};
 
@@ -89,23 +89,27 @@ pub fn wait_child(
         what: "waiting for the command",
         error: source,
     };
-    let Some(limit) = timeout else {
-        return child.wait().map(map_status).map_err(io);
-    };
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().map_err(io)? {
-            return Ok(map_status(status));
-        }
-        if Instant::now() >= deadline {
-            let pid = child.id() as libc::pid_t;
-            let target = if kill_group { -pid } else { pid };
-            let _ = crate::sys::kill(target, libc::SIGKILL);
-            let _ = child.wait();
-            return Ok(ExitStatus::TimedOut);
-        }
-        std::thread::sleep(Duration::from_millis(5));
+    let pid = child.id() as libc::pid_t;
+    let target = if kill_group { -pid } else { pid };
+    // Wait for the exit without reaping: while the child is a zombie its pid (and process
+    // group id) cannot be reused, so the signal forwarding is cleared and the group killed
+    // before anything could take them over.
+    let exited = crate::sys::wait_exited(pid, timeout).map_err(io)?;
+    if !exited {
+        let _ = crate::sys::kill(target, libc::SIGKILL);
+        crate::sys::wait_exited(pid, None).map_err(io)?;
     }
+    crate::sys::forward_signals_to(0);
+    if kill_group {
+        // Whatever the command left running in its group ends with it.
+        let _ = crate::sys::kill(-pid, libc::SIGKILL);
+    }
+    let status = child.wait().map_err(io)?;
+    Ok(if exited {
+        map_status(status)
+    } else {
+        ExitStatus::TimedOut
+    })
 }
 
 /// Wait for a `std` child and collect its capped output (the child must have been spawned with

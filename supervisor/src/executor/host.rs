@@ -98,12 +98,10 @@ impl Executor for HostExecutor {
         let err = child.stderr.take().map(|s| spawn_reader(s, cap));
         // The command leads its own process group: a signal to the supervisor kills the group.
         crate::sys::forward_signals_to(-(child.id() as libc::pid_t));
-        let status = wait_child(&mut child, policy.limits.timeout, true);
-        crate::sys::forward_signals_to(0);
-        let status = status?;
-        // Whatever the command left running in its group ends with it. Processes that left
-        // the group (setsid, double fork) survive: the host executor cannot prevent that.
-        let _ = crate::sys::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+        // `wait_child` stops the forwarding and kills the group before it reaps the leader.
+        // Processes that left the group (setsid, double fork) survive: the host executor
+        // cannot prevent that.
+        let status = wait_child(&mut child, policy.limits.timeout, true)?;
         Ok(Outcome {
             status,
             stdout: join_reader(out)?,

@@ -657,8 +657,8 @@ impl Executor for LandlockExecutor {
         // A signal to the supervisor kills the outer process, and through the death signal
         // the whole sandbox.
         sys::forward_signals_to(pid);
+        // `wait_pid` stops the forwarding before it reaps (the pid cannot be reused meanwhile).
         let waited = sys::wait_pid(pid, policy.limits.timeout);
-        sys::forward_signals_to(0);
         // The whole sandbox is gone (outer exits after PID 1): close the bridge with it.
         drop(bridge);
         let waited = waited.map_err(|source| ExecError::Io {
