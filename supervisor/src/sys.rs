@@ -843,6 +843,15 @@ pub fn spawn_native(plan: &NativePlan) -> io::Result<libc::pid_t> {
 
 fn outer_main(plan: &NativePlan) -> ! {
     let rep = plan.report_fd;
+    // The supervisor's signal forwarding handler is inherited across fork; this process and
+    // the sandbox's PID 1 never exec, so put the default actions back (sigaction is
+    // async-signal-safe; the all-zero action is SIG_DFL with an empty mask, on the stack).
+    for signal in FORWARDED {
+        // SAFETY: sigaction is plain data and all-zero is SIG_DFL; no allocation after fork.
+        let default: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: `default` is a valid action; the old one is not wanted (null).
+        unsafe { libc::sigaction(signal, &default, std::ptr::null_mut()) };
+    }
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
     // SAFETY: getppid cannot fail.

@@ -1181,3 +1181,29 @@ fn a_signal_ignored_at_start_stays_ignored() {
         "the command was killed by SIGHUP under nohup"
     );
 }
+
+/// The sandbox's PID 1 (the landlock executor's init) does not inherit garuda's signal
+/// forwarding handler: SIGHUP, SIGINT and SIGTERM are not caught there.
+#[test]
+fn the_sandbox_init_does_not_catch_the_forwarded_signals() {
+    let w = world();
+    let out = Command::new(garuda())
+        .args(["sandbox", "--executor", "landlock", "--project"])
+        .arg(&w.project)
+        .args(["--", BASH, "-c", "grep SigCgt /proc/1/status"])
+        .current_dir(&w.project)
+        .env("HOME", &w.home)
+        .env_remove("GARUDA_HOME")
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let mask = u64::from_str_radix(stdout.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    for signal in [1u32, 2, 15] {
+        assert_eq!(
+            mask & (1 << (signal - 1)),
+            0,
+            "signal {signal} caught: {stdout}"
+        );
+    }
+}
