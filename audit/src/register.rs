@@ -184,15 +184,13 @@ pub(crate) fn check_register(
         prev_bad = bad;
     }
     if let Some((offset, rest)) = torn {
-        findings.push(
-            Finding::new(
-                path,
-                Code::TornTail,
-                Severity::Warning,
-                format!("{} byte(s) of an incomplete last register line", rest.len()),
-            )
-            .at(Some(offset), lines.len() as u64 + 1),
-        );
+        findings.push(Finding::torn_tail(
+            path,
+            "register",
+            offset,
+            rest.len(),
+            lines.len() as u64 + 1,
+        ));
     }
     info
 }

@@ -169,6 +169,18 @@ impl Finding {
         self
     }
 
+    /// The warning for bytes after the last newline of an append-only file (`what`: "index",
+    /// "register"): what a crash while appending leaves.
+    pub(crate) fn torn_tail(file: &Path, what: &str, offset: u64, bytes: usize, line: u64) -> Self {
+        Finding::new(
+            file,
+            Code::TornTail,
+            Severity::Warning,
+            format!("{bytes} byte(s) of an incomplete last {what} line"),
+        )
+        .at(Some(offset), line)
+    }
+
     pub(crate) fn claims(mut self, seq: Option<u64>, epoch: Option<u64>) -> Self {
         self.seq = seq;
         self.epoch = epoch;

@@ -973,35 +973,28 @@ fn check_meta(path: &Path, dir: bool, uid: u32, findings: &mut Vec<Finding>) -> 
 
 /// Reads a file without following links. `Ok(None)`: it does not exist.
 fn read_nofollow(path: &Path, findings: &mut Vec<Finding>) -> Option<Option<Vec<u8>>> {
+    let mut unreadable = |e: io::Error| {
+        findings.push(Finding::new(
+            path,
+            Code::Unreadable,
+            Severity::Undecidable,
+            e.to_string(),
+        ));
+        None
+    };
     match fsx::open_read(path) {
         Ok(mut f) => {
             let len = f.metadata().map_or(0, |m| m.len());
             let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0).saturating_add(1));
             match f.read_to_end(&mut data) {
                 Ok(_) => Some(Some(data)),
-                Err(e) => {
-                    findings.push(Finding::new(
-                        path,
-                        Code::Unreadable,
-                        Severity::Undecidable,
-                        e.to_string(),
-                    ));
-                    None
-                }
+                Err(e) => unreadable(e),
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Some(None),
         // A link was already reported as UNSAFE_MODE; its target is not read.
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => None,
-        Err(e) => {
-            findings.push(Finding::new(
-                path,
-                Code::Unreadable,
-                Severity::Undecidable,
-                e.to_string(),
-            ));
-            None
-        }
+        Err(e) => unreadable(e),
     }
 }
 
@@ -1174,15 +1167,13 @@ pub(crate) fn verify_index(
         prev_bad = bad;
     }
     if let Some((offset, rest)) = torn {
-        findings.push(
-            Finding::new(
-                path,
-                Code::TornTail,
-                Severity::Warning,
-                format!("{} byte(s) of an incomplete last index line", rest.len()),
-            )
-            .at(Some(offset), lines.len() as u64 + 1),
-        );
+        findings.push(Finding::torn_tail(
+            path,
+            "index",
+            offset,
+            rest.len(),
+            lines.len() as u64 + 1,
+        ));
     }
     info
 }

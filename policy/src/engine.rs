@@ -446,8 +446,8 @@ impl<'a> Engine<'a> {
 
     /// Whether the project holds a repository besides its own: `.git/modules`, or a `.git`
     /// (folder or file) below the root. git recurses into submodules and reads their config,
-    /// which a sandboxed command can write. The walk stops at 20,000 entries and then answers
-    /// yes (fail closed).
+    /// which a sandboxed command can write. The walk stops at 20,000 entries, or at a folder it
+    /// cannot list, and then answers yes (fail closed).
     fn has_nested_repository(&self) -> bool {
         const LIMIT: usize = 20_000;
         if self.project_root.join(".git/modules").exists() {
@@ -456,8 +456,9 @@ impl<'a> Engine<'a> {
         let mut stack = vec![self.project_root.clone()];
         let mut seen = 0usize;
         while let Some(dir) = stack.pop() {
+            // A folder that cannot be listed could hide a repository: answer yes.
             let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
+                return true;
             };
             for entry in entries.flatten() {
                 seen += 1;

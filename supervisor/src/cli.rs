@@ -826,7 +826,7 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
             } else {
                 "refusal"
             };
-            let recorded = recorder.event(kind, serde_json::json!({ "error": format!("{e:#}") }));
+            let recorded = recorder.event(kind, serde_json::json!({ "error": describe_error(&e) }));
             let closed = recorder.close(serde_json::json!({ "exit_code": SETUP_FAILED }));
             if let Err(audit) = recorded.and(closed) {
                 eprintln!("garuda: {}", describe_error(&audit));
