@@ -1,0 +1,357 @@
+//! The whole CLI as a user runs it: the release `garuda` binary as a child process, paired in
+//! the same run against what it wraps.
+//!
+//! Run: `cargo bench -p garuda --bench cli -- [OPTIONS]`. Options:
+//! - `--runs N` measured runs per variant (default 200), after a warm-up of N/10;
+//! - `--history N[,N…]` measure again after this many prior runs in the same project
+//!   (default `0`; e.g. `0,1000,10000`); the prior runs are real `garuda sandbox` runs with the
+//!   landlock executor (or bubblewrap when landlock is not available), so they leave exactly the
+//!   history a user's runs leave;
+//! - `--files N` the project: `0` (default) is a fresh `git init`, any other number a project
+//!   of N files made by `benches/gen-project.sh` (20,000 is the project);
+//! - `--gap-ms N` idle time before each measured run (default 0): bubblewrap as root joins a
+//!   cgroup, which after an idle moment waits for an RCU grace period, so back-to-back runs
+//!   alone hide a cost users see;
+//! - `--staged` adds `garuda sandbox --staged --discard` (landlock) to the variants.
+//!
+//! Variants, interleaved run by run so that each pair sees the same machine state:
+//! - `true`: `/bin/true` started directly — the baseline of the landlock executor;
+//! - `garuda landlock`: `garuda sandbox --executor landlock -- /bin/true`;
+//! - `bwrap`: the system bwrap with the exact argument vector and inputs the bubblewrap
+//!   executor builds for this project (prepared once, in this process) — the baseline of the
+//!   bubblewrap executor;
+//! - `garuda bubblewrap`: `garuda sandbox --executor bubblewrap -- /bin/true`;
+//! - `garuda staged` (with `--staged`): `garuda sandbox --executor landlock --staged --discard
+//!   -- /bin/true`.
+//!
+//! Every run uses a fresh `GARUDA_HOME` made for this benchmark and a project under `$HOME`.
+//! Figures are milliseconds of wall time from spawn to exit, median and p90. The in-process
+//! figures of `benches/spawn.rs` time `Executor::run` alone; this one times what the user waits
+//! for: process start, policy, audit, executor, exit.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // benchmark code: a panic aborts the run
+
+use std::ffi::OsString;
+use std::io::Seek;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use garuda_policy::{build_exec_policy, load_settings, HostEnv};
+use garuda_supervisor::executor::bubblewrap::{self, Fds};
+use garuda_supervisor::executor::{self, CommandSpec};
+
+struct Options {
+    runs: usize,
+    history: Vec<usize>,
+    files: usize,
+    gap: Duration,
+    staged: bool,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        runs: 200,
+        history: vec![0],
+        files: 0,
+        gap: Duration::ZERO,
+        staged: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().expect("option needs a value");
+        match a.as_str() {
+            "--runs" => o.runs = value().parse().expect("--runs N"),
+            "--history" => {
+                o.history = value()
+                    .split(',')
+                    .map(|n| n.parse().expect("--history N[,N…]"))
+                    .collect()
+            }
+            "--files" => o.files = value().parse().expect("--files N"),
+            "--gap-ms" => o.gap = Duration::from_millis(value().parse().expect("--gap-ms N")),
+            "--staged" => o.staged = true,
+            // cargo bench passes `--bench`.
+            "--bench" => {}
+            other => panic!("unknown option {other}"),
+        }
+    }
+    o
+}
+
+fn garuda_bin() -> PathBuf {
+    std::env::var_os("GARUDA_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_garuda")))
+}
+
+fn quiet(cmd: &mut Command) -> &mut Command {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+}
+
+fn run_ok(cmd: &mut Command, what: &str) {
+    let out = quiet(cmd).output().expect(what);
+    assert!(
+        out.status.success(),
+        "{what}: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn make_project(parent: &Path, files: usize) -> PathBuf {
+    let project = parent.join("project");
+    if files == 0 {
+        std::fs::create_dir_all(&project).unwrap();
+        run_ok(
+            Command::new("git")
+                .args(["init", "-q"])
+                .current_dir(&project),
+            "git init",
+        );
+    } else {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gen-project.sh");
+        run_ok(
+            Command::new("bash")
+                .arg(&script)
+                .arg(&project)
+                .arg(files.to_string()),
+            "gen-project.sh",
+        );
+    }
+    project
+}
+
+/// One measured variant: a name and a way to run it once.
+struct Variant<'a> {
+    name: &'static str,
+    baseline: Option<&'static str>,
+    run: Box<dyn FnMut() + 'a>,
+    times: Vec<Duration>,
+}
+
+fn median_p90(v: &mut [Duration]) -> (f64, f64) {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    (
+        ms(v[v.len() / 2]),
+        ms(v[(v.len() * 9 / 10).min(v.len() - 1)]),
+    )
+}
+
+fn garuda_cmd(project: &Path, garuda_home: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(garuda_bin());
+    c.arg("sandbox")
+        .args(args)
+        .args(["--", "/bin/true"])
+        .current_dir(project)
+        .env("GARUDA_HOME", garuda_home);
+    c
+}
+
+fn main() {
+    let o = options();
+    let home = std::env::var_os("HOME").expect("HOME");
+    let dir = tempfile::tempdir_in(&home).expect("tempdir under HOME");
+    let project = make_project(dir.path(), o.files);
+    let garuda_home = dir.path().join("garuda-home");
+    std::fs::create_dir_all(&garuda_home).unwrap();
+
+    let landlock_ok = quiet(&mut garuda_cmd(
+        &project,
+        &garuda_home,
+        &["--executor", "landlock"],
+    ))
+    .status()
+    .is_ok_and(|s| s.success());
+    let bwrap_ok = quiet(&mut garuda_cmd(
+        &project,
+        &garuda_home,
+        &["--executor", "bubblewrap"],
+    ))
+    .status()
+    .is_ok_and(|s| s.success());
+
+    // The bubblewrap executor's own argument vector for this project, for the bare baseline.
+    let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| k != "GARUDA_HOME")
+        .collect();
+    vars.push(("GARUDA_HOME".into(), garuda_home.clone().into()));
+    let mut host = HostEnv::from_vars(vars).expect("environment");
+    host.system_secrets = HostEnv::from_process().expect("environment").system_secrets;
+    let settings = load_settings(&project, &host).expect("settings");
+    let policy = build_exec_policy(&project, &settings, &host).expect("policy");
+    let cmd = CommandSpec::new(["/bin/true"]);
+    let program = executor::seccomp::program().expect("seccomp");
+    let seccomp_bytes = executor::seccomp::program_bytes(&program);
+
+    println!(
+        "whole CLI, {} runs per variant, project: {}, gap {} ms, uid {}",
+        o.runs,
+        if o.files == 0 {
+            "fresh git init".to_string()
+        } else {
+            format!("{} files", o.files)
+        },
+        o.gap.as_millis(),
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| s
+                .lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string)))
+            .unwrap_or_default()
+    );
+
+    let mut done_history = 0usize;
+    for &history in &o.history {
+        // Prior runs, real ones, to build up the project's history.
+        let prior = if landlock_ok {
+            "landlock"
+        } else {
+            "bubblewrap"
+        };
+        while done_history < history {
+            run_ok(
+                &mut garuda_cmd(&project, &garuda_home, &["--executor", prior]),
+                "prior run",
+            );
+            done_history += 1;
+        }
+
+        let mut variants: Vec<Variant> = Vec::new();
+        variants.push(Variant {
+            name: "true",
+            baseline: None,
+            run: Box::new(|| run_ok(&mut Command::new("/bin/true"), "/bin/true")),
+            times: Vec::new(),
+        });
+        if landlock_ok {
+            let (p, g) = (project.clone(), garuda_home.clone());
+            variants.push(Variant {
+                name: "garuda landlock",
+                baseline: Some("true"),
+                run: Box::new(move || {
+                    run_ok(
+                        &mut garuda_cmd(&p, &g, &["--executor", "landlock"]),
+                        "landlock",
+                    )
+                }),
+                times: Vec::new(),
+            });
+        }
+        if bwrap_ok {
+            let bwrap = bubblewrap::bwrap_path().expect("bwrap");
+            let mut seccomp = tempfile::tempfile().unwrap();
+            std::io::Write::write_all(&mut seccomp, &seccomp_bytes).unwrap();
+            let empties: Vec<std::fs::File> = (0..bubblewrap::empty_files_needed(&policy))
+                .map(|_| tempfile::tempfile().unwrap())
+                .collect();
+            let (pol, c) = (&policy, &cmd);
+            variants.push(Variant {
+                name: "bwrap",
+                baseline: None,
+                run: Box::new(move || {
+                    seccomp.rewind().unwrap();
+                    let fds = Fds {
+                        seccomp: seccomp.as_raw_fd(),
+                        empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
+                    };
+                    run_ok(
+                        &mut bubblewrap::bare_command(&bwrap, pol, &pol.project_root, c, &fds),
+                        "bare bwrap",
+                    )
+                }),
+                times: Vec::new(),
+            });
+            let (p, g) = (project.clone(), garuda_home.clone());
+            variants.push(Variant {
+                name: "garuda bubblewrap",
+                baseline: Some("bwrap"),
+                run: Box::new(move || {
+                    run_ok(
+                        &mut garuda_cmd(&p, &g, &["--executor", "bubblewrap"]),
+                        "bubblewrap",
+                    )
+                }),
+                times: Vec::new(),
+            });
+        }
+        if o.staged && landlock_ok {
+            let (p, g) = (project.clone(), garuda_home.clone());
+            variants.push(Variant {
+                name: "garuda staged",
+                baseline: Some("garuda landlock"),
+                run: Box::new(move || {
+                    run_ok(
+                        &mut garuda_cmd(
+                            &p,
+                            &g,
+                            &["--executor", "landlock", "--staged", "--discard"],
+                        ),
+                        "staged",
+                    )
+                }),
+                times: Vec::new(),
+            });
+        }
+
+        for _ in 0..o.runs / 10 + 1 {
+            for v in variants.iter_mut() {
+                (v.run)();
+            }
+        }
+        for _ in 0..o.runs {
+            for v in variants.iter_mut() {
+                if !o.gap.is_zero() {
+                    std::thread::sleep(o.gap);
+                }
+                let t = Instant::now();
+                (v.run)();
+                v.times.push(t.elapsed());
+            }
+        }
+        // Runs made while measuring count as history too.
+        done_history += (o.runs + o.runs / 10 + 1)
+            * variants
+                .iter()
+                .filter(|v| v.name.starts_with("garuda"))
+                .count();
+
+        let audit_bytes = dir_size(&garuda_home.join("audit"));
+        println!(
+            "\nafter {history} prior runs (audit files: {:.2} MB)",
+            audit_bytes as f64 / 1e6
+        );
+        println!("| variant | median | p90 | over baseline |");
+        println!("|---|---|---|---|");
+        let medians: Vec<(&str, f64)> = variants
+            .iter_mut()
+            .map(|v| (v.name, median_p90(&mut v.times).0))
+            .collect();
+        for v in variants.iter_mut() {
+            let (m, p) = median_p90(&mut v.times);
+            let over = v
+                .baseline
+                .and_then(|b| medians.iter().find(|(n, _)| *n == b))
+                .map(|(b, bm)| format!("{:+.2} over {b}", m - bm))
+                .unwrap_or_else(|| "—".into());
+            println!("| {} | {m:.2} | {p:.2} | {over} |", v.name);
+        }
+    }
+}
+
+fn dir_size(p: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(p) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+        })
+        .sum()
+}
