@@ -285,3 +285,68 @@ fn a_witness_sees_the_newest_session_cut() {
     assert_eq!(code, 1, "{report}");
     assert!(!report.contains("WITNESS_AHEAD"), "{report}");
 }
+
+/// `garuda audit verify` gives each of its three answers through the command line, on the same
+/// log: 0 verified; 2 when the evidence cannot decide (the install secret moved off disk with
+/// `key export --remove`: every line is KEY_UNKNOWN, "cannot tell", never "verified"); 0 again
+/// with that key given (the negative control of the 2: the log itself is intact, the missing
+/// key was the only reason); 1 once a byte of it is flipped. A verify that cannot run at all
+/// (a project folder that does not exist) is 2, never 0.
+#[test]
+fn verify_exits_0_verified_2_cannot_decide_1_tampered() {
+    let w = world();
+    let out = w.garuda(&["sandbox", "--", "true"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (code, report) = w.verify();
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        report.starts_with("audit log: VERIFIED (exit 0)\n"),
+        "{report}"
+    );
+
+    let key = w.home.join("exported.key");
+    let out = w.garuda(&["audit", "key", "export", key.to_str().unwrap(), "--remove"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (code, report) = w.verify();
+    assert_eq!(code, 2, "{report}");
+    assert!(
+        report.starts_with("audit log: UNDECIDABLE (the evidence cannot tell) (exit 2)\n"),
+        "{report}"
+    );
+    assert!(report.contains("KEY_UNKNOWN [cannot tell]"), "{report}");
+    assert!(!report.contains("[error]"), "{report}");
+
+    let with_key = |w: &World| {
+        let out = w.garuda(&["audit", "verify", "--key", key.to_str().unwrap()]);
+        (
+            out.status.code().unwrap(),
+            text(&out.stdout) + &text(&out.stderr),
+        )
+    };
+    let (code, report) = with_key(&w);
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        report.starts_with("audit log: VERIFIED (exit 0)\n"),
+        "{report}"
+    );
+
+    let missing = w.home.join("no-such-project");
+    let out = w.garuda(&["audit", "verify", "--project", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "garuda: project folder {}: No such file or directory (os error 2)\n",
+            missing.display()
+        )
+    );
+
+    let log = w.logs().pop().unwrap();
+    let mut bytes = std::fs::read(&log).unwrap();
+    let at = bytes.windows(6).position(|win| win == b"\"argv\"").unwrap();
+    bytes[at + 9] ^= 0x01;
+    std::fs::write(&log, &bytes).unwrap();
+    let (code, report) = with_key(&w);
+    assert_eq!(code, 1, "{report}");
+    assert!(report.contains("BAD_MAC"), "{report}");
+}

@@ -63,9 +63,15 @@ fn ssh_key_unreadable_in_every_sandbox_but_printed_by_host() {
             !text(&out.stdout).contains("fake-key-material"),
             "{executor}"
         );
-        assert!(
-            err.contains("Permission denied") || err.contains("No such file"),
-            "{executor}: {err}"
+        // Exactly EACCES: the key exists and is covered by a mode-000 mount (ENOENT would
+        // mean the key was missing, which proves nothing).
+        assert_eq!(
+            err,
+            format!(
+                "cat: {}: Permission denied\n",
+                w.home.join(".ssh/id_ed25519").display()
+            ),
+            "{executor}"
         );
     }
     // Negative control: without a sandbox the same command prints the key.
@@ -262,19 +268,53 @@ fn project_defaults_to_the_git_root() {
     assert!(Path::new(&w.project.join("at-root")).exists());
 }
 
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").unwrap().uid() == 0
+}
+
+/// The machine's secrets are unreadable in the sandbox, for every user, root included.
+///
+/// For every user: inside the sandbox `/etc/shadow` is the empty mode-000 placeholder, not the
+/// host's file (the host executor shows the host's mode and size). That is what proves the mask
+/// for a non-root user, for whom file permissions already refuse the content on the host.
+/// As root, also the content: refused inside, read by the host executor. (As another user that
+/// part would show nothing: the host refuses it too.)
 #[test]
 fn machine_secrets_are_unreadable_even_for_root() {
-    // As another user the file permissions already refuse /etc/shadow on the host.
-    if std::fs::read("/etc/shadow").is_err() {
+    use std::os::unix::fs::MetadataExt;
+    let w = world();
+    let host = std::fs::metadata("/etc/shadow").expect("/etc/shadow exists on this machine");
+    let on_host = format!("{:o} {}\n", host.mode() & 0o7777, host.size());
+    assert_ne!(
+        on_host, "0 0\n",
+        "the host's /etc/shadow must differ from the mask"
+    );
+    let stat = ["stat", "-c", "%a %s", "/etc/shadow"];
+    for executor in ["landlock", "bubblewrap"] {
+        let out = sandbox(&w, &["--executor", executor], &stat);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{executor}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), "0 0\n", "{executor}");
+    }
+    // Negative control: the host executor sees the host's file.
+    let out = sandbox(&w, &["--executor", "host"], &stat);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), on_host);
+    if !is_root() {
         return;
     }
-    let w = world();
     for executor in ["landlock", "bubblewrap"] {
         let out = sandbox(&w, &["--executor", executor], &["cat", "/etc/shadow"]);
         assert_eq!(out.status.code(), Some(1), "{executor}");
         assert!(out.stdout.is_empty(), "{executor}");
-        assert!(
-            text(&out.stderr).contains("Permission denied"),
+        assert_eq!(
+            text(&out.stderr),
+            "cat: /etc/shadow: Permission denied\n",
             "{executor}"
         );
     }

@@ -239,6 +239,9 @@ fn build_mounts(
     first_slot: i32,
 ) -> Result<(Vec<MountStep>, Vec<String>), ExecError> {
     let ops = layout(policy);
+    // Unit tests only: a mount-layer mistake that Landlock must still catch.
+    #[cfg(test)]
+    let ops = super::layout::fault::apply(ops);
     let needs_void = ops.iter().any(|op| matches!(op, Op::UnreadableFile(_)));
     // Every bind source is opened inside the new mount namespace before anything covers it
     // (a project under /tmp is covered by the private /tmp; the devices by the new /dev).
@@ -430,6 +433,11 @@ fn build_ruleset(policy: &ExecPolicy, abi: u32) -> Result<OwnedFd, ExecError> {
             continue;
         }
         rule(w, write_rights(abi))?;
+    }
+    // Unit tests only: the control of the fault above (Landlock grants the mistaken path too).
+    #[cfg(test)]
+    if let Some(path) = super::layout::fault::landlock_write() {
+        rule(&path, write_rights(abi))?;
     }
     Ok(ruleset)
 }
@@ -745,5 +753,118 @@ mod staged_tests {
             options.to_str().unwrap(),
             "lowerdir=/p\\,x\\:y,upperdir=/s/upper,workdir=/s/work,userxattr"
         );
+    }
+}
+
+/// Landlock is a second, independent wall for writes: with a mount-layer mistake injected (a
+/// path outside every writable root bound read-write, `layout::fault`), the write is still
+/// refused, by Landlock (`EACCES`). Controls, on the same path: without the mistake the mounts
+/// refuse it (`EROFS`); with Landlock granting the path too, the write goes through (so the
+/// mistaken bind really is writable and the `EACCES` was Landlock's); `bubblewrap`, which has
+/// no Landlock, lets the same mistake write.
+#[cfg(test)]
+mod write_wall_tests {
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use garuda_policy::{Limits, NetworkMode};
+
+    use super::*;
+    use crate::executor::bubblewrap::BubblewrapExecutor;
+    use crate::executor::layout::fault;
+
+    /// A base folder under the real user's `~/.cache`, never under `/tmp` (which every Linux
+    /// executor replaces, so a path there would be out of reach for the wrong reason).
+    fn base() -> tempfile::TempDir {
+        let home = PathBuf::from(std::env::var_os("HOME").expect("HOME"));
+        let parent = home.join(".cache/garuda-supervisor-unit");
+        std::fs::create_dir_all(&parent).unwrap();
+        tempfile::tempdir_in(&parent).unwrap()
+    }
+
+    fn policy(project: &Path) -> ExecPolicy {
+        ExecPolicy {
+            project_root: project.to_path_buf(),
+            writable_roots: vec![project.to_path_buf()],
+            read_only_paths: vec![],
+            unreadable_paths: vec![],
+            hidden_dirs: vec![],
+            network: NetworkMode::Isolated,
+            staged: None,
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            limits: Limits {
+                timeout: Some(Duration::from_secs(60)),
+                ..Limits::default()
+            },
+        }
+    }
+
+    /// Whether `sh -c ': > FILE'` failed with exactly the error text `what` (`strerror` of one
+    /// errno) naming `file`, whatever shell `/bin/sh` is.
+    fn failed_with(got: &(i32, String), file: &Path, what: &str) -> bool {
+        got.0 != 0
+            && got.1.lines().count() == 1
+            && got.1.contains(&file.display().to_string())
+            && got.1.ends_with(&format!(": {what}\n"))
+    }
+
+    /// `sh -c ': > FILE'` on `executor`: the exit code and stderr.
+    fn write(executor: &dyn Executor, policy: &ExecPolicy, file: &Path) -> (i32, String) {
+        let cmd = CommandSpec::new([
+            "/bin/sh".as_ref(),
+            "-c".as_ref(),
+            ": > \"$1\"".as_ref(),
+            "sh".as_ref(),
+            file.as_os_str(),
+        ]);
+        let out = executor
+            .run(&cmd, policy, StdioMode::Capture)
+            .unwrap_or_else(|e| panic!("{:?}: {e}", executor.kind()));
+        (out.status.code(), out.stderr.text())
+    }
+
+    #[test]
+    fn landlock_refuses_a_write_that_a_mount_mistake_lets_through() {
+        let base = base();
+        let root = base.path().canonicalize().unwrap();
+        let project = root.join("project");
+        let outside = root.join("outside");
+        std::fs::create_dir(&project).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        let policy = policy(&project);
+        let file = outside.join("written-by-the-command");
+
+        // Control: without the mistake the read-only mounts refuse the write.
+        let got = write(&LandlockExecutor, &policy, &file);
+        assert!(failed_with(&got, &file, "Read-only file system"), "{got:?}");
+
+        // The mistake: the mounts let the path through, Landlock still refuses.
+        {
+            let _fault = fault::inject(&outside, false);
+            let got = write(&LandlockExecutor, &policy, &file);
+            assert!(failed_with(&got, &file, "Permission denied"), "{got:?}");
+            assert!(!file.exists(), "landlock let the write through");
+        }
+
+        // Control: with Landlock granting the path too, the mistaken bind writes.
+        {
+            let _fault = fault::inject(&outside, true);
+            let got = write(&LandlockExecutor, &policy, &file);
+            assert_eq!(got, (0, String::new()));
+            assert!(file.exists(), "the mistaken bind was not writable");
+            std::fs::remove_file(&file).unwrap();
+        }
+
+        // Control: bubblewrap has only the mounts; the same mistake writes.
+        {
+            let _fault = fault::inject(&outside, false);
+            let got = write(&BubblewrapExecutor, &policy, &file);
+            assert_eq!(got, (0, String::new()));
+            assert!(file.exists(), "bubblewrap did not apply the mistaken bind");
+        }
+        // And without it, bubblewrap's mounts refuse.
+        std::fs::remove_file(&file).unwrap();
+        let got = write(&BubblewrapExecutor, &policy, &file);
+        assert!(failed_with(&got, &file, "Read-only file system"), "{got:?}");
     }
 }

@@ -135,6 +135,65 @@ pub fn layout(policy: &ExecPolicy) -> Vec<Op> {
     ops
 }
 
+/// Test-only fault injection for the claim that Landlock is a second, independent wall for
+/// writes (docs/executors.md, "What Landlock adds"): a mount-layer mistake, a read-write bind
+/// of a path outside every writable root, that the mount plan (`landlock`) or bwrap's
+/// argument vector (`bubblewrap`) gets and Landlock's rules do not.
+///
+/// `#[cfg(test)]`: it exists only in this crate's own unit-test build. No other build, flag,
+/// setting or environment variable can reach it (a variable a release binary honoured would be
+/// a way to punch a hole in every sandbox). Thread-local: it affects only runs started on the
+/// thread of the test that set it.
+#[cfg(test)]
+pub(crate) mod fault {
+    use std::cell::RefCell;
+    use std::path::{Path, PathBuf};
+
+    use super::Op;
+
+    thread_local! {
+        static MISTAKEN_WRITABLE: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+        static LANDLOCK_WRITE: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+    }
+
+    /// The fault is in place until this is dropped.
+    pub(crate) struct Injected;
+
+    impl Drop for Injected {
+        fn drop(&mut self) {
+            MISTAKEN_WRITABLE.with(|m| m.borrow_mut().take());
+            LANDLOCK_WRITE.with(|m| m.borrow_mut().take());
+        }
+    }
+
+    /// The mount layer binds `path` read-write by mistake. With `landlock_too`, Landlock also
+    /// grants writes under it (the control: only the mount layer is left).
+    pub(crate) fn inject(path: &Path, landlock_too: bool) -> Injected {
+        MISTAKEN_WRITABLE.with(|m| *m.borrow_mut() = Some(path.to_path_buf()));
+        if landlock_too {
+            LANDLOCK_WRITE.with(|m| *m.borrow_mut() = Some(path.to_path_buf()));
+        }
+        Injected
+    }
+
+    /// `ops` with the mistaken read-write bind after the last writable root.
+    pub(crate) fn apply(mut ops: Vec<Op>) -> Vec<Op> {
+        if let Some(path) = MISTAKEN_WRITABLE.with(|m| m.borrow().clone()) {
+            let at = ops
+                .iter()
+                .rposition(|op| matches!(op, Op::Writable(_)))
+                .map_or(ops.len(), |i| i + 1);
+            ops.insert(at, Op::Writable(path));
+        }
+        ops
+    }
+
+    /// The path Landlock grants writes to on top of the policy's writable roots, if any.
+    pub(crate) fn landlock_write() -> Option<PathBuf> {
+        LANDLOCK_WRITE.with(|m| m.borrow().clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -55,6 +55,8 @@ const ERRNO_NAMES: &[(i32, &str)] = &[
     (libc::ETIMEDOUT, "ETIMEDOUT"),
     (libc::EHOSTUNREACH, "EHOSTUNREACH"),
     (libc::ENODATA, "ENODATA"),
+    (libc::ENOTSOCK, "ENOTSOCK"),
+    (libc::ENAMETOOLONG, "ENAMETOOLONG"),
 ];
 
 fn errno_name(e: i32) -> String {
@@ -174,6 +176,31 @@ fn inet_socket(kind: libc::c_int, addr: std::net::SocketAddrV4, connect: bool) -
     line
 }
 
+/// `connect(2)` on a unix stream socket at `path` (what a client of a host daemon does).
+fn unix_connect(path: &CString) -> String {
+    let bytes = path.as_bytes();
+    // SAFETY: an all-zero sockaddr_un is a valid value.
+    let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= sa.sun_path.len() {
+        return format!("errno={}", errno_name(libc::ENAMETOOLONG));
+    }
+    sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (dst, src) in sa.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: socket takes integers only.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return outcome(-1);
+    }
+    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // SAFETY: `sa` is a valid sockaddr_un of `len` bytes that outlives the call.
+    let ret = unsafe { libc::connect(fd, (&sa as *const libc::sockaddr_un).cast(), len) };
+    let line = outcome(libc::c_long::from(ret));
+    close(libc::c_long::from(fd));
+    line
+}
+
 /// `NoNewPrivs=… CapEff=… Seccomp=…` from `/proc/self/status`.
 fn status() -> Result<String, String> {
     let text = std::fs::read_to_string("/proc/self/status")
@@ -265,6 +292,7 @@ const USAGE: &str = "usage: garuda-probe SUBCOMMAND [ARGS]
   read|write|append|chmod|utimes|setxattr PATH
   symlink-write TARGET LINK    hardlink SRC DST
   tcp-connect ADDR:PORT        udp-send ADDR:PORT
+  unix-connect PATH
   tiocsti | ptrace-parent | ptrace-bogus | process-vm-readv | io-uring | unshare-user
   vsock | userfaultfd | perf-event-open | bpf | keyctl
   fsopen | open-tree | mount-setattr | move-mount
@@ -368,6 +396,10 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
         "udp-send" => {
             expect_args(1)?;
             inet_socket(libc::SOCK_DGRAM, parse_addr(arg(0)?)?, false)
+        }
+        "unix-connect" => {
+            expect_args(1)?;
+            unix_connect(&cstr(arg(0)?)?)
         }
         "tiocsti" => {
             // fd -1: the host kernel answers EBADF; the filter answers EPERM first.
