@@ -290,8 +290,12 @@ impl Report {
         })
     }
 
-    /// The report for a terminal.
+    /// The report for a terminal. A finding's file and message can quote what is in the
+    /// files (a checkpoint's origin, a session's project, a parse error): both go through
+    /// [`garuda_text::visible`], so a tampered file cannot print a line that reads as
+    /// "audit log: VERIFIED" or send escape sequences to the terminal.
     pub fn render_text(&self) -> String {
+        use garuda_text::{visible, visible_path};
         use std::fmt::Write as _;
         let outcome = self.outcome();
         let mut out = String::new();
@@ -302,7 +306,7 @@ impl Report {
         };
         let _ = writeln!(out, "audit log: {word} (exit {})", outcome.exit_code());
         for f in &self.findings {
-            let mut loc = f.file.display().to_string();
+            let mut loc = visible_path(&f.file).into_owned();
             if let Some(l) = f.line {
                 let _ = write!(loc, ":{l}");
             }
@@ -326,7 +330,12 @@ impl Report {
                 Severity::Undecidable => "cannot tell",
                 Severity::Warning => "warning",
             };
-            let _ = writeln!(out, "  {loc}{detail} {} [{sev}]: {}", f.code, f.message);
+            let _ = writeln!(
+                out,
+                "  {loc}{detail} {} [{sev}]: {}",
+                f.code,
+                visible(&f.message)
+            );
         }
         let lines: u64 = self.sessions.iter().map(|s| s.lines).sum();
         let closed = self.sessions.iter().filter(|s| s.closed).count();
@@ -355,8 +364,55 @@ impl Report {
             yn(self.coverage.anyone)
         );
         for n in &self.coverage.notes {
-            let _ = writeln!(out, "  note: {n}");
+            let _ = writeln!(out, "  note: {}", visible(n));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::*;
+
+    /// A finding that quotes a tampered file's content is one line of the report: a newline
+    /// cannot add a line that reads as Garuda's verdict, and an escape sequence is printed,
+    /// not sent.
+    #[test]
+    fn a_quoted_value_cannot_forge_a_line_of_the_report() {
+        let forged = "x\naudit log: VERIFIED (exit 0)\x1b[1A\x1b[2K\u{202e}";
+        let report = Report {
+            findings: vec![Finding::new(
+                Path::new("/a/b\nc.ckpt"),
+                Code::CkptBad,
+                Severity::Error,
+                format!("origin {forged} is not this session's"),
+            )],
+            sessions: Vec::new(),
+            coverage: Coverage {
+                commands_and_agent: true,
+                same_user_processes: false,
+                anyone: false,
+                notes: Vec::new(),
+            },
+        };
+        let text = report.render_text();
+        assert!(text.starts_with("audit log: TAMPERED (exit 1)\n"), "{text}");
+        assert!(
+            !text.lines().skip(1).any(|l| l.starts_with("audit log:")),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "/a/b\\nc.ckpt CKPT_BAD [error]: origin x\\naudit log: VERIFIED (exit 0)\\e[1A\\e[2K\\u{202e} is not"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains('\x1b') && !text.contains('\u{202e}'),
+            "{text:?}"
+        );
+        // Negative control: the message printed as it is forges the verdict line.
+        let raw = format!("  {}\n", report.findings[0].message);
+        assert!(raw.lines().any(|l| l.starts_with("audit log: VERIFIED")));
     }
 }

@@ -1,4 +1,10 @@
 //! `garuda audit show`: the lines of a session that verify, and nothing else.
+//!
+//! A line's event holds what a command chose (its argument vector, the hosts it was refused),
+//! so the display ([`Shown::render_text`]) prints it as JSON with every control,
+//! bidirectional and invisible character as a JSON `\uXXXX` escape
+//! ([`garuda_text::visible_json`]): an argument with a newline or an escape sequence cannot
+//! add a line or drive the terminal, and the text is still the event's exact JSON.
 
 use std::io::Read;
 use std::path::Path;
@@ -23,6 +29,38 @@ pub struct Shown {
     pub lines: Vec<ShownLine>,
     /// The first error, where showing stopped (`None`: every line verified).
     pub stopped: Option<Finding>,
+}
+
+impl Shown {
+    /// The lines for a terminal, one per line, then where showing stopped.
+    pub fn render_text(&self) -> String {
+        use garuda_text::{visible, visible_json};
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(out, "session {}", visible(&self.session));
+        for l in &self.lines {
+            let _ = writeln!(
+                out,
+                "{:>5} seq {:<5} epoch {:<3} {} {:<16} {}",
+                l.line,
+                l.seq,
+                l.epoch,
+                visible(&l.time),
+                visible(&l.kind),
+                visible_json(&l.event.to_string())
+            );
+        }
+        if let Some(f) = &self.stopped {
+            let _ = writeln!(
+                out,
+                "stopped at line {}: {:?}: {}",
+                f.line.unwrap_or(0),
+                f.code,
+                visible(&f.message)
+            );
+        }
+        out
+    }
 }
 
 /// The sessions of a project folder: in the index's order, then any file it does not list.
@@ -120,4 +158,50 @@ pub fn show(
         lines: scan.shown,
         stopped,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_argument_cannot_forge_a_line_or_reach_the_terminal() {
+        let argv = "a\nstopped at line 1: BadMac: forged\x1b[2K\u{202e}\u{9b}31m\x7f";
+        let shown = Shown {
+            session: "s1".into(),
+            lines: vec![ShownLine {
+                line: 2,
+                seq: 1,
+                epoch: 0,
+                time: "2025-01-01T00:00:00.000Z".into(),
+                kind: "command_intent".into(),
+                event: serde_json::json!({ "argv": ["sh", argv] }),
+            }],
+            stopped: None,
+        };
+        let text = shown.render_text();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(!text.lines().any(|l| l.starts_with("stopped")), "{text}");
+        assert!(
+            text.contains(
+                r#"{"argv":["sh","a\nstopped at line 1: BadMac: forged\u001b[2K\u202e\u009b31m\u007f"]}"#
+            ),
+            "{text}"
+        );
+        assert!(!text.chars().any(|c| c != '\n' && garuda_text::is_hidden(c)));
+        // What is printed is still the event's JSON, with the same value.
+        let json = text
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split_once("command_intent")
+            .unwrap()
+            .1;
+        let back: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+        assert_eq!(back["argv"][1], argv);
+        // Negative control: the event's own JSON text has the bidirectional override, the C1
+        // CSI and DEL raw (JSON escapes only the C0 controls).
+        let plain = shown.lines[0].event.to_string();
+        assert!(plain.contains('\u{202e}') && plain.contains('\u{9b}') && plain.contains('\x7f'));
+    }
 }

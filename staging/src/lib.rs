@@ -73,10 +73,11 @@
 //! - Past [`ENTRY_LIMIT`] walked entries, an unreadable file, a failed walk or a non-UTF-8 name
 //!   makes the list **incomplete** ([`ChangeSet::incomplete`]): only discard is possible.
 //!
-//! [`render`] prints the summary, unified diffs (control and bidirectional characters made
-//! visible, binary files marked, diff text cut at [`DIFF_CHAR_LIMIT`] characters with the file
-//! list always complete), sensitive names, ignored counts and the incomplete reason. The old
-//! content of a sensitive file is never printed.
+//! [`render`] prints the summary, unified diffs (every name through `garuda_text::visible`,
+//! so a newline in a name cannot forge a line; control and bidirectional characters made
+//! visible in names and content, binary files marked, diff text cut at [`DIFF_CHAR_LIMIT`]
+//! characters with the file list always complete), sensitive names, ignored counts and the
+//! incomplete reason. The old content of a sensitive file is never printed.
 //!
 //! # Apply, discard, conflicts
 //!
@@ -166,7 +167,7 @@ pub use apply::{
 };
 pub use changes::{Change, ChangeKind, ChangeSet, ENTRY_LIMIT};
 pub use error::{Result, StagingError};
-pub use render::{escape_text, render, DIFF_CHAR_LIMIT};
+pub use render::{render, DIFF_CHAR_LIMIT};
 pub use sensitive::{is_sensitive_name, is_sensitive_path};
 pub use session::{Backend, BackendChoice, CommandMark, Session, PLAIN_COPY_CAP};
 

@@ -1,10 +1,14 @@
 //! The human summary and diff of a change list.
 //!
 //! A diff is shown to decide whether to let text into the project, so it must show what is
-//! really there: control characters (an ESC sequence can move the cursor and overwrite the
-//! lines above, a carriage return can hide the start of a line) and the Unicode characters
-//! that reorder or hide text ("Trojan Source" bidirectional overrides, zero-width
-//! characters) are printed as escapes, in the diff and in every path and link target.
+//! really there, and a line that looks like Garuda's must be Garuda's. Every name the command
+//! chose (paths, link targets, sensitive names, ignored folders, the incomplete reason) is
+//! printed through [`garuda_text::visible`]: a newline or carriage return in a file name
+//! cannot start a forged line ("The change list is INCOMPLETE…") under a real entry, and
+//! control characters, escape sequences and bidirectional or invisible characters ("Trojan
+//! Source") are printed as escapes (`\n`, `\e`, `\xNN`, `\u{NNNN}`, a backslash as `\\`).
+//! File content in the diff goes through [`garuda_text::visible_lines_bytes`] (newline, tab
+//! and backslash as they are), and a file holding real hidden characters says how many.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -12,6 +16,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
+use garuda_text::{count_hidden_lines, visible, visible_lines_bytes, visible_path};
 use similar::TextDiff;
 
 use crate::changes::{ChangeKind, ChangeSet};
@@ -42,12 +47,8 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
         let _ = writeln!(out, "The command changed {n} {files} (staging: {backend}):");
     }
     for c in &set.changes {
-        let path = escape_text(&c.path);
-        let target = c
-            .link_target
-            .as_deref()
-            .map(escape_text)
-            .unwrap_or_default();
+        let path = visible(&c.path);
+        let target = c.link_target.as_deref().map(visible).unwrap_or_default();
         let line = match c.kind {
             ChangeKind::Added => format!("  added     {path}"),
             ChangeKind::Modified => format!("  modified  {path}"),
@@ -56,7 +57,7 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
             ChangeKind::LinkAdded => format!("  link      {path} -> {target}"),
             ChangeKind::LinkChanged => {
                 let old = fs::read_link(project.join(&c.path))
-                    .map(|t| escape_text(&t.to_string_lossy()))
+                    .map(|t| visible_path(&t).into_owned())
                     .unwrap_or_default();
                 format!("  link      {path} -> {target} (was -> {old})")
             }
@@ -92,7 +93,7 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
             continue;
         }
         let new = match layout.view(&c.path) {
-            Ok(ViewEntry::Staged(p, m)) if m.file_type().is_file() => read_text(&p),
+            Ok(ViewEntry::Staged(p, m)) if m.file_type().is_file() => read_text_counted(&p),
             _ => Err("the staged file is gone".to_string()),
         };
         let sensitive = is_sensitive_path(&c.path);
@@ -100,15 +101,26 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
         // not printed. The new content is what the command wrote, so it is shown.
         let old = if c.kind == ChangeKind::Modified && !sensitive {
             match fs::symlink_metadata(project.join(&c.path)) {
-                Ok(m) if m.file_type().is_file() => read_text(&project.join(&c.path)),
+                Ok(m) if m.file_type().is_file() => {
+                    read_text_counted(&project.join(&c.path)).map(|(text, _)| text)
+                }
                 _ => Ok(String::new()),
             }
         } else {
             Ok(String::new())
         };
-        let path = escape_text(&c.path);
+        let path = visible(&c.path);
         match (old, new) {
-            (Ok(old), Ok(new)) => {
+            (Ok(old), Ok((new, hidden))) => {
+                if hidden > 0 {
+                    // In content a backslash prints as itself, so a literal `\e` and a real
+                    // ESC look alike: say that this file holds real ones.
+                    let _ = writeln!(
+                        diff,
+                        "{path}: the new content holds {hidden} control, bidirectional or invisible {}, shown as escapes (\\e, \\xNN, \\u{{NNNN}})",
+                        if hidden == 1 { "character" } else { "characters" }
+                    );
+                }
                 if sensitive && c.kind == ChangeKind::Modified {
                     let _ = writeln!(
                         diff,
@@ -162,7 +174,7 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
             let _ = writeln!(
                 out,
                 "  {}{}",
-                escape_text(s),
+                visible(s),
                 if shown {
                     ""
                 } else {
@@ -178,7 +190,7 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
             let _ = writeln!(
                 out,
                 "  {}: {v} {}",
-                escape_text(k),
+                visible(k),
                 if *v == 1 { "file" } else { "files" }
             );
         }
@@ -188,15 +200,15 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
         let _ = writeln!(
             out,
             "The change list is INCOMPLETE ({}): it can only be discarded.",
-            escape_text(reason)
+            visible(reason)
         );
     }
     out
 }
 
 /// Reads a file as text for the diff, with invalid UTF-8 bytes and control characters made
-/// visible.
-fn read_text(path: &Path) -> Result<String, String> {
+/// visible; also how many characters had to be escaped.
+fn read_text_counted(path: &Path) -> Result<(String, usize), String> {
     let f = fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     if len > MAX_DIFF_FILE {
@@ -206,61 +218,8 @@ fn read_text(path: &Path) -> Result<String, String> {
     f.take(MAX_DIFF_FILE)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read: {e}"))?;
-    Ok(escape_bytes(&bytes))
-}
-
-/// Decodes bytes as UTF-8, printing each invalid byte as `\xHH`, then [`escape_text`]s.
-pub(crate) fn escape_bytes(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for chunk in bytes.utf8_chunks() {
-        out.push_str(&escape_text(chunk.valid()));
-        for b in chunk.invalid() {
-            let _ = write!(out, "\\x{b:02x}");
-        }
-    }
-    out
-}
-
-/// Makes every control character visible except newline and tab: ASCII controls and DEL as
-/// `\xHH` (ESC is `\x1b`), other control, bidirectional and invisible characters as
-/// `\u{XXXX}`.
-pub fn escape_text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        let c = ch as u32;
-        if ch == '\n' || ch == '\t' {
-            out.push(ch);
-        } else if c < 0x20 || c == 0x7f {
-            let _ = write!(out, "\\x{c:02x}");
-        } else if ch.is_control() || is_invisible_or_bidi(c) {
-            let _ = write!(out, "\\u{{{c:04x}}}");
-        } else {
-            out.push(ch);
-        }
-    }
-    out
-}
-
-fn is_invisible_or_bidi(c: u32) -> bool {
-    matches!(c,
-        0x00ad | 0x034f | 0x061c | 0x115f | 0x1160 | 0x17b4 | 0x17b5 | 0x180e
-        | 0x200b..=0x200f | 0x2028..=0x202e | 0x2060..=0x206f | 0x3164 | 0xfe00..=0xfe0f
-        | 0xfeff | 0xffa0 | 0xfff9..=0xfffb | 0xe0000..=0xe007f)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn control_characters_are_visible() {
-        assert_eq!(escape_text("a\x1b[2Jb"), "a\\x1b[2Jb");
-        assert_eq!(escape_text("x\ry\n\tz"), "x\\x0dy\n\tz");
-        assert_eq!(escape_text("del\x7f"), "del\\x7f");
-        assert_eq!(escape_text("rtl\u{202e}x"), "rtl\\u{202e}x");
-        assert_eq!(escape_text("zw\u{200b}"), "zw\\u{200b}");
-        assert_eq!(escape_text("c1\u{9b}"), "c1\\u{009b}");
-        assert_eq!(escape_text("héllo ✓"), "héllo ✓");
-        assert_eq!(escape_bytes(b"ok\xff\xfe\n"), "ok\\xff\\xfe\n");
-    }
+    Ok((
+        visible_lines_bytes(&bytes).into_owned(),
+        count_hidden_lines(&bytes),
+    ))
 }

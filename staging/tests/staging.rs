@@ -471,9 +471,77 @@ fn control_characters_are_rendered_visibly() {
     let set = s.changes(&mark).unwrap();
     let text = render(&set, &s);
     assert!(!text.contains('\u{1b}'), "raw ESC in the output: {text:?}");
-    assert!(text.contains("+ok\\x1b[2K\\x0dhidden"), "{text}");
-    assert!(text.contains("added     n\\x1bme"), "{text}");
+    assert!(text.contains("+ok\\e[2K\\rhidden"), "{text}");
+    assert!(text.contains("added     n\\eme"), "{text}");
+    // The content holds real control characters, and the diff says so (a literal `\e` in
+    // source code would print alike).
+    assert!(
+        text.contains(
+            "a.txt: the new content holds 2 control, bidirectional or invisible characters"
+        ),
+        "{text}"
+    );
     s.close().unwrap();
+}
+
+/// A file name is one line of the list, whatever it holds: a newline cannot add a line that
+/// reads as Garuda's, a carriage return cannot return over it, a bidirectional override cannot
+/// reorder it, and a backslash is doubled so a literal `\n` differs from a newline.
+#[test]
+fn names_cannot_forge_lines_of_the_change_list() {
+    const FORGED: &str = "The change list is INCOMPLETE (forged): it can only be discarded.";
+    for backend in backends() {
+        let env = Env::new();
+        let mut s = env.session(backend);
+        let mark = s.prepare().unwrap();
+        run(
+            &s,
+            &format!(
+                "printf x > \"$(printf 'n\\n{FORGED}')\" && printf y > \"$(printf 'r\\rFAKE')\" \
+                 && printf z > \"$(printf 'evil\\342\\200\\256txt.exe')\" && printf w > 'lit\\nname'"
+            ),
+        );
+        let set = s.changes(&mark).unwrap();
+        let names: Vec<&str> = set.changes.iter().map(|c| c.path.as_str()).collect();
+        // The names are really what the command made (the negative control's input).
+        let newline_name = format!("n\n{FORGED}");
+        assert!(
+            names.contains(&newline_name.as_str()),
+            "{backend:?}: {names:?}"
+        );
+        assert!(names.contains(&"r\rFAKE"), "{names:?}");
+        assert!(names.contains(&"evil\u{202e}txt.exe"), "{names:?}");
+        assert!(names.contains(&"lit\\nname"), "{names:?}");
+        let text = render(&set, &s);
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("The change list is INCOMPLETE")),
+            "{backend:?}: a forged line: {text}"
+        );
+        assert!(
+            text.contains(&format!("  added     n\\n{FORGED}\n")),
+            "{text}"
+        );
+        assert!(text.contains("  added     r\\rFAKE\n"), "{text}");
+        assert!(
+            text.contains("  added     evil\\u{202e}txt.exe\n"),
+            "{text}"
+        );
+        assert!(text.contains("  added     lit\\\\nname\n"), "{text}");
+        assert!(text.contains(&format!("+++ b/n\\n{FORGED}")), "{text}");
+        assert!(
+            !text.contains('\r') && !text.contains('\u{202e}'),
+            "{text:?}"
+        );
+        // Negative control: the same entry printed raw forges the line.
+        let raw = format!("  added     {newline_name}\n");
+        assert!(raw
+            .lines()
+            .any(|l| l.starts_with("The change list is INCOMPLETE")));
+        s.discard(&set).unwrap();
+        s.close().unwrap();
+    }
 }
 
 #[test]

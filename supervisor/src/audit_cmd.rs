@@ -58,7 +58,11 @@ pub fn verify(args: VerifyArgs) -> Result<i32> {
     };
     let report = garuda_audit::verify(&options);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+        // The same value, with no raw control or bidirectional character for a terminal.
+        println!(
+            "{}",
+            garuda_text::visible_json(&serde_json::to_string_pretty(&report.to_json())?)
+        );
     } else {
         print!("{}", report.render_text());
     }
@@ -74,7 +78,10 @@ fn policy_witness(host: &HostEnv, project: Option<&Path>) -> Option<WitnessConfi
             .audit_witness
             .map(|(argv, _)| WitnessConfig::Command(argv)),
         Err(e) => {
-            eprintln!("garuda: the policy does not load ({e}); verifying without a witness");
+            eprintln!(
+                "garuda: the policy does not load ({}); verifying without a witness",
+                garuda_text::visible(&e.to_string())
+            );
             None
         }
     }
@@ -102,23 +109,13 @@ pub fn show(project: Option<PathBuf>, session: Option<String>, json: bool) -> Re
             "lines": shown.lines,
             "stopped": shown.stopped,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        // The same value, with no raw control or bidirectional character for a terminal.
+        println!(
+            "{}",
+            garuda_text::visible_json(&serde_json::to_string_pretty(&out)?)
+        );
     } else {
-        println!("session {}", shown.session);
-        for l in &shown.lines {
-            println!(
-                "{:>5} seq {:<5} epoch {:<3} {} {:<16} {}",
-                l.line, l.seq, l.epoch, l.time, l.kind, l.event
-            );
-        }
-        if let Some(f) = &shown.stopped {
-            println!(
-                "stopped at line {}: {:?}: {}",
-                f.line.unwrap_or(0),
-                f.code,
-                f.message
-            );
-        }
+        print!("{}", shown.render_text());
     }
     Ok(if shown.stopped.is_some() { 1 } else { 0 })
 }

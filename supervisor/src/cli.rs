@@ -4,6 +4,22 @@
 //! it, 124 when the timeout killed it), or [`SETUP_FAILED`] when Garuda could not load the
 //! policy or set up the sandbox — with the reason on stderr. Garuda never runs the command
 //! with less confinement than the policy asks for.
+//!
+//! A staged command (`--staged`) whose change is not applied exits with a code that says so,
+//! whatever the command's own code, so that `garuda sandbox --staged --apply -- … && git
+//! commit` never commits a change that did not land:
+//!
+//! | the change | exit code |
+//! |---|---|
+//! | applied, or there was nothing to apply | the command's own |
+//! | discarded because `--discard` asked for it | the command's own (the caller knows) |
+//! | discarded at the question, or with no terminal to ask on | [`STAGED_DISCARDED`] (121) |
+//! | apply refused: incomplete list, link out of the project, conflict, staged file changed after it was shown, path outside the project | [`APPLY_REFUSED`] (122) |
+//! | apply failed: I/O error, journal, commit not finished | [`APPLY_FAILED`] (123) |
+//! | discarded because a signal interrupted the command | 128 + N |
+//!
+//! A command that itself exits 121, 122 or 123 after an applied change cannot be told apart
+//! by the code alone; stderr and the audit log's `command_result` (`staged`) say which.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -18,11 +34,23 @@ use garuda_policy::{
     SourcePaths, StagingBackend,
 };
 use garuda_staging::{BackendChoice, Session, StagingError};
+use garuda_text::visible;
 
 use crate::executor::{self, CommandSpec, ExecutorKind, StdioMode};
 
 /// Exit code when Garuda itself cannot set up the sandbox (as `env(1)` and `timeout(1)` use).
 pub const SETUP_FAILED: i32 = 125;
+/// Exit code of a staged command whose change was discarded without `--discard`: at the
+/// question, or because there was no terminal to ask on. The project did not change.
+pub const STAGED_DISCARDED: i32 = 121;
+/// Exit code of a staged command whose apply Garuda refused: an incomplete list, a link out of
+/// the project, a conflict, a staged file changed after it was shown, a path outside the
+/// project. The project did not change.
+pub const APPLY_REFUSED: i32 = 122;
+/// Exit code of a staged command whose apply failed: an I/O error before the commit point
+/// (the project did not change), or after it (the journal finishes the apply at the next
+/// start; until then the project may hold part of the change).
+pub const APPLY_FAILED: i32 = 123;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -254,7 +282,7 @@ pub fn main() -> i32 {
         }) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("garuda: {}", describe_error(&e));
+                eprintln!("garuda: {}", visible(&describe_error(&e)));
                 SETUP_FAILED
             }
         },
@@ -265,7 +293,7 @@ pub fn main() -> i32 {
         } => match policy_command(project, json, action) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("garuda: {}", describe_error(&e));
+                eprintln!("garuda: {}", visible(&describe_error(&e)));
                 1
             }
         },
@@ -301,7 +329,7 @@ pub fn main() -> i32 {
             match result {
                 Ok(code) => code,
                 Err((e, code)) => {
-                    eprintln!("garuda: {}", describe_error(&e));
+                    eprintln!("garuda: {}", visible(&describe_error(&e)));
                     code
                 }
             }
@@ -326,6 +354,7 @@ pub fn main() -> i32 {
 
 /// An error and its causes on one line, `a: b: c`, without repeating a cause that the
 /// message before it already quotes (library errors name their source in their own message).
+/// Messages quote paths and arguments a command chose: print it through [`visible`].
 pub(crate) fn describe_error(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
@@ -794,7 +823,7 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
     let settings = garuda_policy::load_policy(&project, &host, &flags)?;
     // An apply interrupted by a crash is finished (or rolled back) before anything else runs.
     for r in garuda_staging::recover(&host.garuda_home)? {
-        eprintln!("garuda: {r}");
+        eprintln!("garuda: {}", visible(&r.to_string()));
     }
     // Every run is an audit session; without one, nothing runs.
     let mut recorder = crate::record::Recorder::open(&host, &project, &settings)?;
@@ -829,7 +858,7 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
             let recorded = recorder.event(kind, serde_json::json!({ "error": describe_error(&e) }));
             let closed = recorder.close(serde_json::json!({ "exit_code": SETUP_FAILED }));
             if let Err(audit) = recorded.and(closed) {
-                eprintln!("garuda: {}", describe_error(&audit));
+                eprintln!("garuda: {}", visible(&describe_error(&audit)));
             }
             Err(e)
         }
@@ -929,7 +958,7 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
         // Every process of the command is gone: nothing can race the guard.
         let violations: Vec<String> = guard.restore().iter().map(|v| v.to_string()).collect();
         for v in &violations {
-            eprintln!("garuda: git guard: {v}");
+            eprintln!("garuda: git guard: {}", visible(v));
         }
         let outcome = outcome.map_err(|e| anyhow!(e))?;
         let code = finish(&outcome, capture, interrupted);
@@ -972,10 +1001,19 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
     );
     // The session folder goes whatever happened; a failure to remove it is only reported.
     if let Err(e) = session.close() {
-        eprintln!("garuda: could not remove the staging folder: {e}");
+        eprintln!(
+            "garuda: could not remove the staging folder: {}",
+            visible(&e.to_string())
+        );
     }
-    let (outcome, staged_result, interrupted) = result?;
+    let (outcome, staged_result, interrupted, not_applied) = result?;
     let code = finish(&outcome, capture, interrupted);
+    // A change that was not applied says so in the exit code, whatever the command's own
+    // code: `garuda sandbox --staged --apply -- … && git commit` must not commit.
+    let code = match (interrupted, not_applied) {
+        (None, Some(not_applied)) => not_applied,
+        _ => code,
+    };
     let blocked = network
         .take()
         .map(NetworkSession::finish)
@@ -1060,7 +1098,34 @@ fn finish(outcome: &executor::Outcome, capture: bool, interrupted: Option<i32>) 
     outcome.status.code()
 }
 
+/// The exit code of an apply that did not happen: [`APPLY_REFUSED`] when Garuda would not
+/// apply this change as it stands (the list is incomplete, a link points out of the project,
+/// a project file changed while the command ran, a staged file changed after it was shown, a
+/// path outside the project or in `.git`, a file where the change needs a folder),
+/// [`APPLY_FAILED`] when it tried and could not (an I/O error, a journal, a commit that could
+/// not be finished). No wildcard on purpose: a new [`StagingError`] must be classified here.
+fn apply_error_code(e: &StagingError) -> i32 {
+    match e {
+        StagingError::Incomplete { .. }
+        | StagingError::LinkOutOfRoot { .. }
+        | StagingError::Conflict { .. }
+        | StagingError::StagedChanged { .. }
+        | StagingError::Unsupported { .. } => APPLY_REFUSED,
+        StagingError::Io { .. }
+        | StagingError::Journal { .. }
+        | StagingError::CommitUnfinished { .. }
+        | StagingError::ProjectNotDir { .. }
+        | StagingError::Overlapping { .. }
+        | StagingError::OverlayUnavailable
+        | StagingError::TooLarge { .. }
+        | StagingError::TooManyFiles { .. }
+        | StagingError::CopyFailed { .. } => APPLY_FAILED,
+    }
+}
+
 /// Run one command over the session's staged view, show the change and apply or discard it.
+/// The last value is the exit code when the change was not applied (see the module doc);
+/// `None` when it was applied, there was none, or `--discard` asked for the discard.
 fn run_staged(
     session: &mut Session,
     executor: &dyn executor::Executor,
@@ -1068,7 +1133,7 @@ fn run_staged(
     mut policy: garuda_policy::ExecPolicy,
     mode: StdioMode,
     decision: Option<Decision>,
-) -> Result<(executor::Outcome, &'static str, Option<i32>)> {
+) -> Result<(executor::Outcome, &'static str, Option<i32>, Option<i32>)> {
     let mark = session.prepare()?;
     policy.staged = Some(session.view());
     // Dropped before the apply/discard question, which Ctrl-C must be able to interrupt.
@@ -1077,49 +1142,71 @@ fn run_staged(
     let set = session.changes(&mark)?;
     if set.is_empty() {
         eprintln!("garuda: the command changed nothing that could be applied");
-        return Ok((outcome, "no change", interrupted));
+        return Ok((outcome, "no change", interrupted, None));
     }
     if interrupted.is_some() {
         // Never apply the half-made change of an interrupted command.
         session.discard(&set)?;
         eprintln!("garuda: the command was interrupted: its change was discarded and the project did not change");
-        return Ok((outcome, "discarded (interrupted)", interrupted));
+        return Ok((outcome, "discarded (interrupted)", interrupted, None));
     }
     eprintln!("{}", garuda_staging::render(&set, session));
+    // Only `--discard` makes a discard the caller's own choice; a discard at the question or
+    // for want of a terminal is "not applied" to a script that chained on the exit code.
+    let discard_code = if decision.is_some() {
+        None
+    } else {
+        Some(STAGED_DISCARDED)
+    };
     let decision = match decision {
         Some(d) => d,
         None => ask_apply_or_discard(set.can_apply())?,
     };
-    let what = match decision {
+    let (what, not_applied) = match decision {
         Decision::Apply if !set.can_apply() => {
             session.discard(&set)?;
             eprintln!("garuda: the change cannot be applied (see above); it was discarded and the project did not change");
-            "discarded (could not be applied)"
+            ("discarded (could not be applied)", Some(APPLY_REFUSED))
         }
         Decision::Apply => match session.apply(&set) {
             Ok(applied) => {
                 eprintln!("garuda: applied: {applied}");
-                "applied"
+                ("applied", None)
             }
             // Past the commit point the change is applied, only not finished: the journal
             // finishes it at the next start (or when this session closes). Do not discard.
+            // Until then the project may hold part of it: a failure to the caller.
             Err(e @ StagingError::CommitUnfinished { .. }) => {
-                eprintln!("garuda: the change is committed but not fully written: {e}");
-                "applied (committed, finished by the journal)"
+                eprintln!(
+                    "garuda: the change is committed but not fully written: {}",
+                    visible(&e.to_string())
+                );
+                (
+                    "applied (committed, finished by the journal)",
+                    Some(apply_error_code(&e)),
+                )
             }
             Err(e) => {
+                let code = apply_error_code(&e);
                 session.discard(&set)?;
-                eprintln!("garuda: nothing was applied: {e}; the change was discarded and the project did not change");
-                "discarded (apply failed)"
+                eprintln!(
+                    "garuda: nothing was applied: {}; the change was discarded and the project did not change",
+                    visible(&e.to_string())
+                );
+                if code == APPLY_REFUSED {
+                    ("discarded (apply refused)", Some(code))
+                } else {
+                    ("discarded (apply failed)", Some(code))
+                }
             }
         },
         Decision::Discard => {
             session.discard(&set)?;
             eprintln!("garuda: discarded: the project did not change");
-            "discarded"
+            ("discarded", discard_code)
         }
     };
-    Ok((outcome, what, interrupted))
+    Ok((outcome, what, interrupted, not_applied))
 }
 
 /// Ask on the terminal. Without one, discard and say so: an unattended run never applies a

@@ -180,7 +180,8 @@ fn without_a_terminal_or_a_flag_the_change_is_discarded() {
     let w = world();
     let before = snapshot(&w.project);
     let out = garuda_in(&w, &["--staged"], "echo x > a.txt", &[]);
-    assert_eq!(out.status.code(), Some(0));
+    // 121: not applied (see apply_exit.rs).
+    assert_eq!(out.status.code(), Some(121));
     assert!(
         text(&out.stderr).contains("no terminal to ask on"),
         "{}",
@@ -282,7 +283,8 @@ fn staged_settings_turn_staging_on_and_host_is_refused() {
     .unwrap();
     let before = snapshot(&w.project);
     let out = garuda_in(&w, &[], "echo x > a.txt", &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // 121: discarded for want of a terminal, not applied.
+    assert_eq!(out.status.code(), Some(121), "{}", text(&out.stderr));
     assert_eq!(
         snapshot(&w.project),
         before,

@@ -4,12 +4,16 @@
 //! - `agent` depends on `ipc` (and model/HTTP crates) only, never on `policy`, `staging`,
 //!   `audit` or the supervisor: the confined process must not carry the trusted code.
 //! - `ipc`, `policy`, `audit` depend on no other workspace crate; `staging` may use `policy`.
+//! - `text` (`garuda-text`, the one rule for printing text a command chose) depends on no
+//!   crate at all, and every crate may depend on it: it is a leaf that carries no trusted
+//!   decision, only escaping.
 //! - every crate root forbids `unsafe` except the supervisor's, which denies it and allows it
 //!   in its `sys` module only.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
 
-const WORKSPACE_CRATES: [&str; 6] = [
+const WORKSPACE_CRATES: [&str; 7] = [
+    "garuda-text",
     "garuda-ipc",
     "garuda-policy",
     "garuda-audit",
@@ -25,7 +29,16 @@ struct Crate {
     allowed: &'static [&'static str],
 }
 
-const CRATES: [Crate; 6] = [
+/// A crate every crate may depend on.
+const ANY_CRATE_MAY_USE: [&str; 1] = ["garuda-text"];
+
+const CRATES: [Crate; 7] = [
+    Crate {
+        name: "garuda-text",
+        manifest: include_str!("../../text/Cargo.toml"),
+        root: include_str!("../../text/src/lib.rs"),
+        allowed: &[],
+    },
     Crate {
         name: "garuda-ipc",
         manifest: include_str!("../../ipc/Cargo.toml"),
@@ -93,7 +106,8 @@ fn dependency_rules_hold() {
         assert_eq!(doc["package"]["name"].as_str(), Some(c.name));
         for dep in workspace_deps(c.manifest) {
             assert!(
-                c.allowed.contains(&dep.as_str()),
+                c.allowed.contains(&dep.as_str())
+                    || (ANY_CRATE_MAY_USE.contains(&dep.as_str()) && c.name != dep),
                 "{} may not depend on {dep} (allowed: {:?})",
                 c.name,
                 c.allowed
@@ -107,6 +121,32 @@ fn the_rule_checker_catches_a_violation() {
     // Negative control: an agent manifest that pulls in the policy crate is reported.
     let bad = "[package]\nname = \"garuda-agent\"\n[dependencies]\ngaruda-policy = { path = \"../policy\" }\n";
     assert_eq!(workspace_deps(bad), ["garuda-policy"]);
+}
+
+/// Every dependency (workspace or not, build included) a manifest names.
+fn all_deps(manifest: &str) -> Vec<String> {
+    let doc: toml::Table = manifest.parse().expect("manifest parses");
+    ["dependencies", "build-dependencies"]
+        .iter()
+        .filter_map(|s| doc.get(*s).and_then(|d| d.as_table()))
+        .flat_map(|t| t.keys().cloned())
+        .collect()
+}
+
+#[test]
+fn the_text_crate_is_a_leaf_that_any_crate_may_use() {
+    // Any crate may depend on it only because it depends on nothing: no trusted code rides in.
+    assert_eq!(
+        all_deps(include_str!("../../text/Cargo.toml")),
+        Vec::<String>::new()
+    );
+    // Negative control: a dependency in its manifest would be seen.
+    let bad = "[package]\nname = \"garuda-text\"\n[dependencies]\nlibc = \"0.2\"\n";
+    assert_eq!(all_deps(bad), ["libc"]);
+    // The audit crate, which may use no other workspace crate, may use this one.
+    let audit =
+        "[package]\nname = \"garuda-audit\"\n[dependencies]\ngaruda-text.workspace = true\n";
+    assert_eq!(workspace_deps(audit), ["garuda-text"]);
 }
 
 #[test]

@@ -241,9 +241,10 @@ pub fn exec_failure_outcome(
     stdio: StdioMode,
     start: Instant,
 ) -> Outcome {
+    // The program name is the caller's (an agent's command line): printed visibly.
     let msg = format!(
         "garuda: cannot execute {}: {}\n",
-        program.to_string_lossy(),
+        garuda_text::visible_os(program),
         std::io::Error::from_raw_os_error(errno)
     );
     let mut stderr = Captured::default();

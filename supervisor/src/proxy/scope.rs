@@ -53,12 +53,17 @@ impl From<Refusal> for Blocked {
 }
 
 impl fmt::Display for Blocked {
-    /// `evil.test (not in allowlist)`; the port is shown when it is not 80 or 443.
+    /// `evil.test (not in allowlist)`; the port is shown when it is not 80 or 443. The host is
+    /// what the command sent when it could not be parsed (a `Host` header that names another
+    /// host may hold a tab, C1 controls such as U+009B, bidirectional overrides): it is
+    /// printed through [`garuda_text::Visible`], so it can neither drive the terminal nor
+    /// pass for another name.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let host = garuda_text::Visible(&self.host);
         if DEFAULT_PORTS.contains(&self.port) {
-            write!(f, "{} ({})", self.host, self.reason)
+            write!(f, "{host} ({})", self.reason)
         } else {
-            write!(f, "{}:{} ({})", self.host, self.port, self.reason)
+            write!(f, "{host}:{} ({})", self.port, self.reason)
         }
     }
 }
@@ -436,6 +441,27 @@ mod tests {
             blocked.to_string(),
             "evil.test (not in allowlist), 169.254.169.254 (metadata address), \
              ok.test:8081 (port not allowed)"
+        );
+    }
+
+    #[test]
+    fn a_host_the_command_sent_is_printed_visibly() {
+        let state = ScopeState::default();
+        let host = "ok.test\ngaruda: blocked: nothing\t\u{9b}2J\u{202e}lmth.exe\x1b[0m";
+        state.record(refusal(host, 80, RefusalReason::HostHeaderMismatch));
+        let blocked = state.snapshot();
+        assert_eq!(
+            blocked.to_string(),
+            "ok.test\\ngaruda: blocked: nothing\\t\\u{009b}2J\\u{202e}lmth.exe\\e[0m \
+             (Host header differs from the URL)"
+        );
+        // Negative control: the host as recorded (and as the audit log keeps it) is raw.
+        assert_eq!(blocked[0].host, host);
+        assert_eq!(
+            format!("garuda: blocked: {}", blocked[0].host)
+                .lines()
+                .count(),
+            2
         );
     }
 

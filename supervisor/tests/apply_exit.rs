@@ -1,0 +1,284 @@
+//! The exit code of a staged command says whether its change landed (issue 10, item 5), on
+//! both Linux sandboxes, through the real `garuda` binary and the way a script uses it:
+//! `garuda sandbox --staged --apply -- … && next`. Applied (or `--discard`): the command's own
+//! code. Discarded at the question or for want of a terminal: 121. Apply refused (a conflict,
+//! an incomplete list, a link out of the project): 122. Apply failed (an I/O error): 123.
+//!
+//! Negative control of each case: the next command of an `&&` chain runs after an applied
+//! change and does not run after a refused or failed one (before this fix every one of these
+//! exited 0, so `&& git commit` committed a change that was not there); and the project is
+//! unchanged exactly when the code says "not applied".
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
+
+mod common;
+use common::{base_dir, garuda, text};
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const SANDBOXES: [&str; 2] = ["landlock", "bubblewrap"];
+const DISCARDED: i32 = 121;
+const REFUSED: i32 = 122;
+const FAILED: i32 = 123;
+
+struct World {
+    _base: tempfile::TempDir,
+    home: PathBuf,
+    project: PathBuf,
+    /// Created by the `&&`-chained command, outside the project.
+    marker: PathBuf,
+}
+
+fn world() -> World {
+    let base = base_dir("garuda-apply-exit-tests");
+    let home = base.path().join("home");
+    let project = base.path().join("project");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&project).unwrap();
+    let git = |args: &[&str]| {
+        let st = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(&project)
+            .env("HOME", &home)
+            .output()
+            .unwrap();
+        assert!(st.status.success(), "{st:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(project.join("a.txt"), "a old\n").unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "init"]);
+    // The overlay (auto's choice here) is named so the failure case below is the same
+    // everywhere.
+    std::fs::create_dir_all(home.join(".garuda")).unwrap();
+    std::fs::write(
+        home.join(".garuda/policy.json"),
+        "{\"staging\": {\"backend\": \"overlay\"}}",
+    )
+    .unwrap();
+    World {
+        marker: base.path().join("next-command-ran"),
+        project: project.canonicalize().unwrap(),
+        home,
+        _base: base,
+    }
+}
+
+impl World {
+    /// `garuda sandbox --executor EX ARGS… -- /bin/sh -c SCRIPT && touch MARKER`, run by a
+    /// real shell as a script would, with `wrap` (a program and its arguments) in front of
+    /// garuda.
+    fn chained(&self, wrap: &[&str], ex: &str, args: &[&str], script: &str) -> Command {
+        let mut c = Command::new("/bin/sh");
+        c.arg("-c")
+            .arg("\"$@\" && touch \"$NEXT_MARKER\"")
+            .arg("sh")
+            .args(wrap)
+            .arg(garuda())
+            .args(["sandbox", "--executor", ex, "--project"])
+            .arg(&self.project)
+            .args(args)
+            .args(["--", "/bin/sh", "-c", script])
+            .current_dir(&self.project)
+            .env("HOME", &self.home)
+            .env("NEXT_MARKER", &self.marker)
+            .env_remove("GARUDA_HOME");
+        c
+    }
+
+    fn run(&self, ex: &str, args: &[&str], script: &str) -> Output {
+        self.chained(&[], ex, args, script)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn a(&self) -> String {
+        std::fs::read_to_string(self.project.join("a.txt")).unwrap()
+    }
+
+    /// The exit code, and that the chained command ran exactly when it is 0.
+    fn code(&self, out: &Output, what: &str) -> i32 {
+        let code = out.status.code().unwrap();
+        assert_eq!(
+            self.marker.exists(),
+            code == 0,
+            "{what}: exit {code}, the next command {}: {}",
+            if self.marker.exists() {
+                "ran"
+            } else {
+                "did not run"
+            },
+            text(&out.stderr)
+        );
+        code
+    }
+}
+
+fn files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn an_applied_change_exits_with_the_commands_code_and_the_chain_goes_on() {
+    for ex in SANDBOXES {
+        let w = world();
+        let out = w.run(ex, &["--staged", "--apply"], "echo new > a.txt");
+        assert_eq!(w.code(&out, ex), 0, "{ex}: {}", text(&out.stderr));
+        assert_eq!(w.a(), "new\n", "{ex}");
+        // The command's own failure is still its code when the change was applied.
+        let w = world();
+        let out = w.run(ex, &["--staged", "--apply"], "echo new > a.txt; exit 3");
+        assert_eq!(w.code(&out, ex), 3, "{ex}");
+        assert_eq!(w.a(), "new\n", "{ex}");
+    }
+}
+
+#[test]
+fn a_conflict_refuses_the_apply_with_122_and_stops_the_chain() {
+    for ex in SANDBOXES {
+        let w = world();
+        // The command writes its change, says so, and waits; the developer then edits the
+        // same file in the project; the command ends; apply finds the conflict.
+        let mut child = w
+            .chained(
+                &[],
+                ex,
+                &["--staged", "--apply"],
+                "echo from-the-command > a.txt && echo ready && read x",
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n", "{ex}");
+        std::fs::write(w.project.join("a.txt"), "edited during the command\n").unwrap();
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(w.code(&out, ex), REFUSED, "{ex}: {err}");
+        assert!(
+            err.contains("garuda: nothing was applied: these project files changed while the command ran, so nothing was applied: a.txt"),
+            "{ex}: {err}"
+        );
+        assert_eq!(w.a(), "edited during the command\n", "{ex}");
+    }
+}
+
+#[test]
+fn an_incomplete_list_or_a_link_out_refuses_the_apply_with_122_whatever_the_commands_code() {
+    for ex in SANDBOXES {
+        for (what, script, says) in [
+            (
+                "incomplete",
+                "echo new > a.txt && touch \"$(printf 'bad\\377')\"; exit 7",
+                "The change list is INCOMPLETE (a file name that is not UTF-8",
+            ),
+            (
+                "link out",
+                "echo new > a.txt && ln -s /etc/passwd out; exit 0",
+                "  REFUSED   out -> /etc/passwd (a link out of the project: apply is refused)",
+            ),
+        ] {
+            let w = world();
+            let out = w.run(ex, &["--staged", "--apply"], script);
+            let err = text(&out.stderr);
+            assert_eq!(w.code(&out, what), REFUSED, "{ex} {what}: {err}");
+            assert!(err.contains(says), "{ex} {what}: {err}");
+            assert!(
+                err.contains("garuda: the change cannot be applied (see above); it was discarded and the project did not change"),
+                "{ex} {what}: {err}"
+            );
+            assert_eq!(w.a(), "a old\n", "{ex} {what}");
+        }
+    }
+}
+
+#[test]
+fn an_apply_that_fails_on_io_exits_123_and_stops_the_chain() {
+    // garuda may write files of at most 1 MiB (soft limit; SIGXFSZ ignored, so a longer
+    // write fails with EFBIG, as a full disk would fail it with ENOSPC). Root is bound by it
+    // too. The command raises its own soft limit and stages a 3 MB file; apply cannot copy it.
+    let wrap = [
+        "/bin/sh",
+        "-c",
+        "trap '' XFSZ; exec /usr/bin/prlimit --fsize=1048576:unlimited -- \"$@\"",
+        "sh",
+    ];
+    for ex in SANDBOXES {
+        let w = world();
+        let out = w
+            .chained(
+                &wrap,
+                ex,
+                &["--staged", "--apply"],
+                "ulimit -f unlimited && head -c 3000000 /dev/zero > big.bin && echo new > a.txt",
+            )
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(w.code(&out, ex), FAILED, "{ex}: {err}");
+        assert!(
+            err.contains("garuda: nothing was applied: ") && err.contains("File too large"),
+            "{ex}: {err}"
+        );
+        // Rolled back: the project is as before, no temporary file left.
+        assert_eq!(w.a(), "a old\n", "{ex}");
+        assert_eq!(files(&w.project), [".git", "a.txt"], "{ex}");
+    }
+    // Control: the same change without the limit applies (the failure is the limit's).
+    let w = world();
+    let out = w.run(
+        "landlock",
+        &["--staged", "--apply"],
+        "ulimit -f unlimited && head -c 3000000 /dev/zero > big.bin && echo new > a.txt",
+    );
+    assert_eq!(w.code(&out, "control"), 0, "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::metadata(w.project.join("big.bin")).unwrap().len(),
+        3_000_000
+    );
+}
+
+#[test]
+fn a_discard_asked_for_keeps_the_commands_code_and_one_not_asked_for_exits_121() {
+    for ex in SANDBOXES {
+        // `--discard`: the caller chose it and knows; the command's own code.
+        let w = world();
+        let out = w.run(ex, &["--staged", "--discard"], "echo new > a.txt");
+        assert_eq!(w.code(&out, ex), 0, "{ex}: {}", text(&out.stderr));
+        assert_eq!(w.a(), "a old\n");
+        let w = world();
+        let out = w.run(ex, &["--staged", "--discard"], "echo new > a.txt; exit 5");
+        assert_eq!(w.code(&out, ex), 5, "{ex}");
+        // No flag and no terminal: discarded for the caller, who must see "not applied".
+        let w = world();
+        let out = w.run(ex, &["--staged"], "echo new > a.txt");
+        let err = text(&out.stderr);
+        assert_eq!(w.code(&out, ex), DISCARDED, "{ex}: {err}");
+        assert!(
+            err.contains(
+                "garuda: no terminal to ask on and neither --apply nor --discard: discarding"
+            ),
+            "{ex}: {err}"
+        );
+        assert_eq!(w.a(), "a old\n");
+        // A command that changes nothing has nothing to apply: its own code.
+        let w = world();
+        let out = w.run(ex, &["--staged"], "cat a.txt > /dev/null");
+        assert_eq!(w.code(&out, ex), 0, "{ex}: {}", text(&out.stderr));
+    }
+}
