@@ -1,16 +1,22 @@
 //! Apply (crash-safe, all or nothing), discard, and recovery of interrupted applies.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::ffi::OsStr;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
+use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
+use crate::beneath::{split, stat_in, Beneath, Walk};
 use crate::changes::{ChangeKind, ChangeSet, StagedRef};
-use crate::error::{io_err, Result, StagingError};
+use crate::error::{io_err, FoundKind, Result, StagingError};
 use crate::fsutil::{
     ancestors_rel, clear_opaque, copy_entry_into, fsync_dir, has_overlay_xattr, is_plain_rel, join,
     kind_of, lstat, lstat_rel, mkdir_mode, parent_rel, real_dir_chain, remove_dir_if_empty,
@@ -103,6 +109,12 @@ impl fmt::Display for Recovered {
     }
 }
 
+/// Version of the journal format. Version 1 (the only one so far) stores absolute paths, each
+/// inside `project`; recovery turns them back into project-relative [`Steps`] and works
+/// beneath the project's held root.
+const JOURNAL_VERSION: u32 = 1;
+
+/// The journal as written to disk.
 #[derive(Debug, Serialize, Deserialize)]
 struct Journal {
     version: u32,
@@ -123,6 +135,60 @@ struct Entry {
     temp: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     delete: bool,
+}
+
+/// What an apply does, project-relative (the journal's content, validated).
+#[derive(Debug)]
+struct Steps {
+    project: PathBuf,
+    /// In order: every `delete` entry is done first, then `rmdirs`, then every rename.
+    entries: Vec<Step>,
+    /// Folders the change removed, deepest first; removed only when empty.
+    rmdirs: Vec<String>,
+    /// Folders created for new files before the commit, shallowest first.
+    created_dirs: Vec<String>,
+}
+
+#[derive(Debug)]
+struct Step {
+    target: String,
+    /// The temporary file's name. It is always in the target's folder, so the rename never
+    /// leaves that folder (one held descriptor for both names).
+    temp: Option<String>,
+    delete: bool,
+}
+
+impl Steps {
+    fn to_journal(&self) -> Journal {
+        let abs = |rel: &str| self.project.join(rel);
+        Journal {
+            version: JOURNAL_VERSION,
+            project: self.project.clone(),
+            entries: self
+                .entries
+                .iter()
+                .map(|e| Entry {
+                    target: abs(&e.target),
+                    temp: e
+                        .temp
+                        .as_ref()
+                        .map(|t| abs(&join_rel(split(&e.target).0, t))),
+                    delete: e.delete,
+                })
+                .collect(),
+            rmdirs: self.rmdirs.iter().map(|d| abs(d)).collect(),
+            created_dirs: self.created_dirs.iter().map(|d| abs(d)).collect(),
+        }
+    }
+}
+
+/// `parent/name`, or `name` at the top.
+fn join_rel(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_string()
+    } else {
+        format!("{parent}/{name}")
+    }
 }
 
 fn failpoint(name: &str) {
@@ -193,12 +259,34 @@ pub(crate) fn apply(session: &mut Session, set: &ChangeSet) -> Result<Applied> {
         }
     }
 
-    // Conflict check: the project path must be as it was when the command started.
+    // From here on the project is only reached through descriptors, from its root down,
+    // never through a link (see `beneath`). One descriptor per folder of the change stays
+    // open from the conflict check to the last rename.
+    let mut beneath = Beneath::open(&project)?;
+    let folders: BTreeSet<&str> = set
+        .changes
+        .iter()
+        .flat_map(|c| ancestors_rel(&c.path))
+        .collect();
+    beneath.reserve(folders.len() + 1)?;
+
+    // Conflict check: the project path must be as it was when the command started. The
+    // folder it is in is pinned here, and the plan and the writes use that same folder.
     let mut conflicts = Vec::new();
-    let mut known = HashSet::new();
     for c in &set.changes {
-        let now = lstat_rel(&project, &c.path, &mut known)
-            .map_err(io_err("read", project.join(&c.path)))?;
+        let (parent, name) = split(&c.path);
+        let now = match beneath.pin(parent, &c.path) {
+            Ok(Some(fd)) => stat_in(fd.as_fd(), OsStr::new(name))
+                .map_err(io_err("read", project.join(&c.path)))?,
+            Ok(None) => None,
+            // Nothing can be below a file; the plan refuses to put a folder there.
+            Err(StagingError::UnsafeProjectPath {
+                found: FoundKind::File | FoundKind::Special,
+                ..
+            }) => None,
+            // A link (or an entry swapped while it was opened) on the way: refused as a whole.
+            Err(e) => return Err(e),
+        };
         let now_entry = now.as_ref().filter(|m| !m.file_type().is_dir());
         let existed = c.mode_before.is_some();
         let conflict = match now_entry {
@@ -213,8 +301,8 @@ pub(crate) fn apply(session: &mut Session, set: &ChangeSet) -> Result<Applied> {
         return Err(StagingError::Conflict { paths: conflicts });
     }
 
-    let plan = plan(session, set, &layout, &project)?;
-    run_plan(session, &plan)?;
+    let plan = plan(session, set, &layout, &mut beneath)?;
+    run_plan(session, &plan, &mut beneath)?;
     let applied = Applied {
         written: set
             .changes
@@ -229,6 +317,7 @@ pub(crate) fn apply(session: &mut Session, set: &ChangeSet) -> Result<Applied> {
             .map(|c| c.path.clone())
             .collect(),
     };
+    drop(beneath);
     // The project now has these changes; staging stops holding them (best effort: an entry
     // left behind equals the project and lists as no change).
     if let Layout::Overlay { lower, upper } = &layout {
@@ -239,16 +328,17 @@ pub(crate) fn apply(session: &mut Session, set: &ChangeSet) -> Result<Applied> {
 }
 
 struct Plan {
-    journal: Journal,
+    steps: Steps,
     /// For each write: (target, temp, staged source, fingerprint or link target, mode).
     writes: Vec<PlannedWrite>,
-    /// Permission bits of each of `journal.created_dirs`: the staged folder's.
+    /// Permission bits of each of `steps.created_dirs`: the staged folder's.
     created_modes: Vec<u32>,
 }
 
 struct PlannedWrite {
     rel: String,
-    temp: PathBuf,
+    /// File name of the temporary file, in the target's folder.
+    temp: String,
     source: PlannedSource,
 }
 
@@ -261,7 +351,12 @@ enum PlannedSource {
     Link(PathBuf),
 }
 
-fn plan(session: &Session, set: &ChangeSet, layout: &Layout, project: &Path) -> Result<Plan> {
+fn plan(
+    session: &Session,
+    set: &ChangeSet,
+    layout: &Layout,
+    beneath: &mut Beneath,
+) -> Result<Plan> {
     let deleted: BTreeSet<&str> = set
         .changes
         .iter()
@@ -274,10 +369,10 @@ fn plan(session: &Session, set: &ChangeSet, layout: &Layout, project: &Path) -> 
     let mut rmdirs: BTreeSet<String> = BTreeSet::new();
     let listing = session.listing();
     for (i, c) in set.changes.iter().enumerate() {
-        let target = project.join(&c.path);
+        let (parent, name) = split(&c.path);
         if c.kind == ChangeKind::Deleted {
-            entries.push(Entry {
-                target,
+            entries.push(Step {
+                target: c.path.clone(),
                 temp: None,
                 delete: true,
             });
@@ -290,51 +385,46 @@ fn plan(session: &Session, set: &ChangeSet, layout: &Layout, project: &Path) -> 
             }
             continue;
         }
-        // The folders down to the target: real folders in the project, or created.
-        let mut missing = false;
-        for anc in ancestors_rel(&c.path) {
-            if missing {
-                if !created_dirs.iter().any(|d| d == anc) {
+        // The folder the new entry goes in: the one the conflict check pinned, or, when that
+        // one was missing, new folders made under the deepest one that exists (pinned now).
+        let parent_fd = beneath.pinned(parent);
+        if parent_fd.is_none() {
+            let mut missing = false;
+            for anc in ancestors_rel(&c.path) {
+                if !missing && beneath.pin(anc, &c.path)?.is_none() {
+                    missing = true;
+                }
+                if missing && !created_dirs.iter().any(|d| d == anc) {
                     created_dirs.push(anc.to_string());
                 }
-                continue;
             }
-            match lstat(&project.join(anc)).map_err(io_err("read", project.join(anc)))? {
-                Some(m) if m.file_type().is_dir() => {}
-                Some(_) => {
-                    return Err(StagingError::Unsupported {
-                        path: c.path.clone(),
-                        reason: format!("the project has a file or link at {anc} where the change needs a folder; discard and make that change in two commands"),
-                    })
-                }
-                None => {
-                    missing = true;
-                    if !created_dirs.iter().any(|d| d == anc) {
-                        created_dirs.push(anc.to_string());
-                    }
-                }
+            if !missing {
+                // The folder appeared after the conflict check looked: it was not checked.
+                return Err(StagingError::Conflict {
+                    paths: vec![c.path.clone()],
+                });
             }
         }
         // A file replacing a project folder: every file in that folder must be deleted by
         // this same change, so the folder can be removed before the rename.
-        if !missing {
-            if let Some(m) = lstat(&target).map_err(io_err("read", &target))? {
-                if m.file_type().is_dir() {
-                    let inner = list_files(project, &c.path)?;
-                    if let Some(kept) = inner.files.iter().find(|f| !deleted.contains(f.as_str())) {
-                        return Err(StagingError::Unsupported {
-                            path: c.path.clone(),
-                            reason: format!("the project folder there still holds {kept}, which the change does not delete"),
-                        });
-                    }
-                    rmdirs.extend(inner.dirs);
-                    rmdirs.insert(c.path.clone());
+        if let Some(fd) = &parent_fd {
+            let here = stat_in(fd.as_fd(), OsStr::new(name))
+                .map_err(io_err("read", beneath.root_path().join(&c.path)))?;
+            if here.is_some_and(|m| m.file_type().is_dir()) {
+                let inner = list_files(beneath, &c.path)?;
+                if let Some(kept) = inner.files.iter().find(|f| !deleted.contains(f.as_str())) {
+                    return Err(StagingError::Unsupported {
+                        path: c.path.clone(),
+                        reason: format!("the project folder there still holds {kept}, which the change does not delete"),
+                    });
                 }
+                rmdirs.extend(inner.dirs);
+                rmdirs.insert(c.path.clone());
             }
         }
-        let temp = temp_name(&target, &session.id, i);
-        entries.push(Entry {
-            target,
+        let temp = temp_name(name, &session.id, i);
+        entries.push(Step {
+            target: c.path.clone(),
             temp: Some(temp.clone()),
             delete: false,
         });
@@ -369,12 +459,11 @@ fn plan(session: &Session, set: &ChangeSet, layout: &Layout, project: &Path) -> 
         .collect();
     Ok(Plan {
         created_modes,
-        journal: Journal {
-            version: 1,
-            project: project.to_path_buf(),
+        steps: Steps {
+            project: beneath.root_path().to_path_buf(),
             entries,
-            rmdirs: rmdirs.iter().map(|d| project.join(d)).collect(),
-            created_dirs: created_dirs.iter().map(|d| project.join(d)).collect(),
+            rmdirs,
+            created_dirs,
         },
         writes,
     })
@@ -385,45 +474,45 @@ struct Listed {
     dirs: Vec<String>,
 }
 
-/// Files (and links) and folders under a project folder, relative to the project.
-fn list_files(project: &Path, rel: &str) -> Result<Listed> {
+/// Files (and links) and folders under a project folder, relative to the project, walked
+/// from its pinned parent without following a link.
+fn list_files(beneath: &Beneath, rel: &str) -> Result<Listed> {
     let mut out = Listed {
         files: Vec::new(),
         dirs: Vec::new(),
     };
-    let mut stack = vec![rel.to_string()];
-    while let Some(d) = stack.pop() {
-        let dp = project.join(&d);
-        for e in fs::read_dir(&dp).map_err(io_err("list", &dp))? {
-            let e = e.map_err(io_err("list", &dp))?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            let r = format!("{d}/{name}");
-            if e.file_type().map_err(io_err("read", e.path()))?.is_dir() {
-                out.dirs.push(r.clone());
-                stack.push(r);
-            } else {
-                out.files.push(r);
-            }
+    beneath.walk_tree(rel, |path, m, _, _| {
+        let Some(r) = path.to_str() else {
+            return Err(StagingError::Unsupported {
+                path: rel.to_string(),
+                reason: format!(
+                    "the project folder there holds {}, whose name is not UTF-8",
+                    path.display()
+                ),
+            });
+        };
+        if m.file_type().is_dir() {
+            out.dirs.push(r.to_string());
+        } else {
+            out.files.push(r.to_string());
         }
-    }
+        Ok(Walk::Descend)
+    })?;
     Ok(out)
 }
 
-fn temp_name(target: &Path, id: &str, i: usize) -> PathBuf {
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+/// `.<name>.garuda-apply-<session id>`, or a short fallback when that is too long a name.
+fn temp_name(name: &str, id: &str, i: usize) -> String {
     let candidate = format!(".{name}.{TEMP_TAG}{id}");
     if candidate.len() <= 255 {
-        target.with_file_name(candidate)
+        candidate
     } else {
-        target.with_file_name(format!(".{TEMP_TAG}{id}-{i}"))
+        format!(".{TEMP_TAG}{id}-{i}")
     }
 }
 
 /// Steps 2–5 of the crate doc's apply.
-fn run_plan(session: &Session, plan: &Plan) -> Result<()> {
+fn run_plan(session: &Session, plan: &Plan, beneath: &mut Beneath) -> Result<()> {
     let pending = session.dir.join(JOURNAL_PENDING);
     let commit = session.dir.join(JOURNAL_COMMIT);
     for j in [&pending, &commit] {
@@ -436,11 +525,11 @@ fn run_plan(session: &Session, plan: &Plan) -> Result<()> {
     }
     // The plan is written before any temporary file exists, so a crash at any later moment
     // leaves a journal that names every temporary file to clean up.
-    write_journal(&pending, &plan.journal)?;
+    write_journal(&pending, &plan.steps.to_journal())?;
     fsync_dir(&session.dir)?;
 
-    if let Err(e) = make_temps(plan) {
-        roll_back(&plan.journal);
+    if let Err(e) = make_temps(plan, beneath) {
+        roll_back(&plan.steps, beneath);
         let _ = fs::remove_file(&pending);
         return Err(e);
     }
@@ -450,12 +539,12 @@ fn run_plan(session: &Session, plan: &Plan) -> Result<()> {
     if let Err(e) =
         fs::rename(&pending, &commit).map_err(io_err("commit the apply journal", &commit))
     {
-        roll_back(&plan.journal);
+        roll_back(&plan.steps, beneath);
         let _ = fs::remove_file(&pending);
         return Err(e);
     }
     let finish =
-        fsync_dir(&session.dir).and_then(|()| roll_forward(&plan.journal, true).map(|_| ()));
+        fsync_dir(&session.dir).and_then(|()| roll_forward(&plan.steps, beneath, true).map(|_| ()));
     if let Err(e) = finish {
         return Err(StagingError::CommitUnfinished {
             journal: commit,
@@ -482,20 +571,46 @@ fn write_journal(path: &Path, journal: &Journal) -> Result<()> {
         .map_err(io_err("write the apply journal", path))
 }
 
-/// Step 2: created folders, then every temporary file, written and synced.
-fn make_temps(plan: &Plan) -> Result<()> {
-    let mut dirs_to_sync: BTreeSet<PathBuf> = BTreeSet::new();
-    for (d, mode) in plan.journal.created_dirs.iter().zip(&plan.created_modes) {
-        mkdir_mode(d, *mode)?;
-        if let Some(p) = d.parent() {
-            dirs_to_sync.insert(p.to_path_buf());
+/// The folder pinned at `rel`. Every folder an apply writes in was pinned when the change
+/// was checked (or made); one that was not is never looked up by name instead.
+fn held(beneath: &Beneath, rel: &str, for_path: &str) -> Result<Rc<OwnedFd>> {
+    beneath
+        .pinned(rel)
+        .ok_or_else(|| StagingError::Unsupported {
+            path: for_path.to_string(),
+            reason: format!(
+                "the folder {rel:?} was not checked before the write (a bug in Garuda)"
+            ),
+        })
+}
+
+/// Step 2: created folders, then every temporary file, written and synced, each with `*at`
+/// calls in its pinned folder.
+fn make_temps(plan: &Plan, beneath: &mut Beneath) -> Result<()> {
+    let project = beneath.root_path().to_path_buf();
+    let mut to_sync: BTreeMap<String, Rc<OwnedFd>> = BTreeMap::new();
+    for (d, mode) in plan.steps.created_dirs.iter().zip(&plan.created_modes) {
+        let (parent, name) = split(d);
+        let pfd = held(beneath, parent, d)?;
+        match rustix::fs::mkdirat(pfd.as_fd(), name, Mode::from_raw_mode(*mode)) {
+            // Made meanwhile by someone else: used if it is a real folder (checked next).
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(io_err("create the folder", project.join(d))(e.into())),
         }
+        let fd = beneath.pin_new(d, d)?;
+        // The umask may have cleared bits.
+        rustix::fs::fchmod(fd.as_fd(), Mode::from_raw_mode(*mode))
+            .map_err(|e| io_err("set the folder's mode", project.join(d))(e.into()))?;
+        to_sync.insert(parent.to_string(), pfd);
     }
     for w in &plan.writes {
+        let (parent, _) = split(&w.rel);
+        let pfd = held(beneath, parent, &w.rel)?;
+        let temp_path = project.join(join_rel(parent, &w.temp));
         match &w.source {
             PlannedSource::Link(target) => {
-                std::os::unix::fs::symlink(target, &w.temp)
-                    .map_err(io_err("create the link", &w.temp))?;
+                rustix::fs::symlinkat(target, pfd.as_fd(), w.temp.as_str())
+                    .map_err(|e| io_err("create the link", &temp_path)(e.into()))?;
             }
             PlannedSource::File {
                 path,
@@ -509,16 +624,24 @@ fn make_temps(plan: &Plan) -> Result<()> {
                         path: w.rel.clone(),
                     });
                 }
-                let mut out = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&w.temp)
-                    .map_err(io_err("create", &w.temp))?;
+                // O_EXCL | O_NOFOLLOW: a name planted in the folder meanwhile (a link to
+                // elsewhere) makes this fail instead of being written through.
+                let out = rustix::fs::openat(
+                    pfd.as_fd(),
+                    w.temp.as_str(),
+                    OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(0o600),
+                )
+                .map_err(|e| io_err("create", &temp_path)(e.into()))?;
+                let mut out = File::from(out);
                 io::copy(&mut src, &mut out).map_err(io_err("copy", path))?;
                 out.set_permissions(fs::Permissions::from_mode(*mode))
-                    .map_err(io_err("set the mode", &w.temp))?;
-                out.sync_all().map_err(io_err("sync", &w.temp))?;
+                    .map_err(io_err("set the mode", &temp_path))?;
+                out.sync_all().map_err(io_err("sync", &temp_path))?;
                 // Unchanged while it was copied, so the temp holds what was shown.
                 let after = src.metadata().map_err(io_err("read", path))?;
                 if Fingerprint::of(&after) != *fingerprint {
@@ -528,148 +651,216 @@ fn make_temps(plan: &Plan) -> Result<()> {
                 }
             }
         }
-        if let Some(p) = w.temp.parent() {
-            dirs_to_sync.insert(p.to_path_buf());
-        }
+        to_sync.insert(parent.to_string(), pfd);
     }
-    for d in dirs_to_sync {
-        fsync_dir(&d)?;
+    for (d, fd) in to_sync {
+        rustix::fs::fsync(fd.as_fd())
+            .map_err(|e| io_err("sync the folder", project.join(d))(e.into()))?;
     }
     Ok(())
 }
 
 /// Step 4 (and recovery after the commit point). Idempotent: a rename already done has no
-/// temporary file left, a deletion already done finds nothing.
-fn roll_forward(journal: &Journal, with_failpoint: bool) -> Result<usize> {
-    let mut done = 0;
-    let mut dirs_to_sync: BTreeSet<PathBuf> = BTreeSet::new();
-    for e in journal.entries.iter().filter(|e| e.delete) {
-        remove_entry(&e.target)?;
-        done += 1;
-        if let Some(p) = e.target.parent() {
-            dirs_to_sync.insert(p.to_path_buf());
+/// temporary file left, a deletion already done finds nothing. Every folder it writes in is
+/// opened (or found pinned) first, so a link on the way stops it before it changes anything.
+fn roll_forward(steps: &Steps, beneath: &mut Beneath, with_failpoint: bool) -> Result<usize> {
+    let project = beneath.root_path().to_path_buf();
+    let mut folders: BTreeMap<&str, Option<Rc<OwnedFd>>> = BTreeMap::new();
+    for e in &steps.entries {
+        let parent = split(&e.target).0;
+        if !folders.contains_key(parent) {
+            let fd = beneath.pin(parent, &e.target)?;
+            folders.insert(parent, fd);
         }
     }
-    for d in &journal.rmdirs {
-        // A folder that still holds ignored files (never deleted by an apply) stays.
-        if fs::remove_dir(d).is_ok() {
-            if let Some(p) = d.parent() {
-                dirs_to_sync.insert(p.to_path_buf());
+    let mut done = 0;
+    let mut to_sync: BTreeMap<String, Rc<OwnedFd>> = BTreeMap::new();
+    for e in steps.entries.iter().filter(|e| e.delete) {
+        let (parent, name) = split(&e.target);
+        if let Some(Some(fd)) = folders.get(parent) {
+            match rustix::fs::unlinkat(fd.as_fd(), name, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(err) => return Err(io_err("remove", project.join(&e.target))(err.into())),
+            }
+            to_sync.insert(parent.to_string(), Rc::clone(fd));
+        }
+        done += 1;
+    }
+    for d in &steps.rmdirs {
+        // Best effort, never through a link. A folder that still holds ignored files (never
+        // deleted by an apply) stays.
+        let (parent, name) = split(d);
+        if let Ok(Some(fd)) = beneath.dir(parent, d) {
+            if rustix::fs::unlinkat(fd.as_fd(), name, AtFlags::REMOVEDIR).is_ok() {
+                to_sync.insert(parent.to_string(), fd);
             }
         }
     }
     let mut first = true;
-    for e in journal.entries.iter().filter(|e| !e.delete) {
+    for e in steps.entries.iter().filter(|e| !e.delete) {
         let Some(temp) = &e.temp else { continue };
-        if lstat(temp).map_err(io_err("read", temp))?.is_some() {
-            fs::rename(temp, &e.target).map_err(io_err("rename into place", &e.target))?;
-            if with_failpoint && first {
-                failpoint("apply-after-first-rename");
+        let (parent, name) = split(&e.target);
+        if let Some(Some(fd)) = folders.get(parent) {
+            let here = stat_in(fd.as_fd(), OsStr::new(temp))
+                .map_err(io_err("read", project.join(join_rel(parent, temp))))?;
+            if here.is_some() {
+                // Both names in the same held folder: the rename replaces the entry at the
+                // target (a link there is replaced, not followed).
+                rustix::fs::renameat(fd.as_fd(), temp.as_str(), fd.as_fd(), name).map_err(
+                    |err| io_err("rename into place", project.join(&e.target))(err.into()),
+                )?;
+                if with_failpoint && first {
+                    failpoint("apply-after-first-rename");
+                }
+                first = false;
             }
-            first = false;
+            to_sync.insert(parent.to_string(), Rc::clone(fd));
         }
         done += 1;
-        if let Some(p) = e.target.parent() {
-            dirs_to_sync.insert(p.to_path_buf());
-        }
     }
-    for d in dirs_to_sync {
-        if d.exists() {
-            fsync_dir(&d)?;
-        }
+    for (d, fd) in to_sync {
+        rustix::fs::fsync(fd.as_fd())
+            .map_err(|e| io_err("sync the folder", project.join(d))(e.into()))?;
     }
     Ok(done)
 }
 
-/// Undoes step 2: temporary files and the folders created for them. Best effort; returns
-/// how many temporary files were removed.
-fn roll_back(journal: &Journal) -> usize {
+/// Undoes step 2: temporary files and the folders created for them. Best effort, never
+/// through a link (a temporary file behind one stays where it is); returns how many
+/// temporary files were removed.
+fn roll_back(steps: &Steps, beneath: &mut Beneath) -> usize {
     let mut removed = 0;
-    for e in &journal.entries {
-        if let Some(t) = &e.temp {
-            if fs::remove_file(t).is_ok() {
+    let mut to_sync: BTreeMap<String, Rc<OwnedFd>> = BTreeMap::new();
+    for e in &steps.entries {
+        let Some(t) = &e.temp else { continue };
+        let parent = split(&e.target).0;
+        if let Ok(Some(fd)) = beneath.dir(parent, &e.target) {
+            if rustix::fs::unlinkat(fd.as_fd(), t.as_str(), AtFlags::empty()).is_ok() {
                 removed += 1;
             }
+            to_sync.insert(parent.to_string(), fd);
         }
     }
-    for d in journal.created_dirs.iter().rev() {
-        let _ = fs::remove_dir(d);
-    }
-    let mut parents: BTreeSet<&Path> = BTreeSet::new();
-    for e in &journal.entries {
-        if let Some(p) = e.target.parent() {
-            parents.insert(p);
+    for d in steps.created_dirs.iter().rev() {
+        let (parent, name) = split(d);
+        if let Ok(Some(fd)) = beneath.dir(parent, d) {
+            let _ = rustix::fs::unlinkat(fd.as_fd(), name, AtFlags::REMOVEDIR);
+            to_sync.insert(parent.to_string(), fd);
         }
     }
-    for p in parents {
-        if p.exists() {
-            let _ = fsync_dir(p);
-        }
+    for fd in to_sync.values() {
+        let _ = rustix::fs::fsync(fd.as_fd());
     }
     removed
 }
 
-fn read_journal(path: &Path) -> Result<Journal> {
+fn read_journal(path: &Path) -> Result<Steps> {
     let text = fs::read(path).map_err(io_err("read the apply journal", path))?;
     let bad = |reason: String| StagingError::Journal {
         path: path.to_path_buf(),
         reason,
     };
     let j: Journal = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+    if j.version != JOURNAL_VERSION {
+        return Err(bad(format!(
+            "format version {} is not one this Garuda reads (it reads version {JOURNAL_VERSION}); finish or undo that apply with the Garuda that wrote it",
+            j.version
+        )));
+    }
+    if !j.project.is_absolute() {
+        return Err(bad(format!(
+            "{} is not an absolute path",
+            j.project.display()
+        )));
+    }
     // The journal lives where commands cannot write, but a recovery runs renames and
-    // deletions from it unattended: every path must be inside its project, and every
-    // temporary file must carry the apply tag.
-    let inside = |p: &Path| {
-        p.is_absolute()
-            && p.starts_with(&j.project)
-            && p != j.project
-            && !p.components().any(|c| c == std::path::Component::ParentDir)
+    // deletions from it unattended: every path must be a plain path inside its project, and
+    // every temporary file must carry the apply tag and sit in its target's folder.
+    let rel = |p: &Path| -> Result<String> {
+        p.strip_prefix(&j.project)
+            .ok()
+            .and_then(Path::to_str)
+            .filter(|r| is_plain_rel(r))
+            .map(str::to_string)
+            .ok_or_else(|| {
+                bad(format!(
+                    "{} is outside {}",
+                    p.display(),
+                    j.project.display()
+                ))
+            })
     };
+    let mut entries = Vec::new();
     for e in &j.entries {
-        if !inside(&e.target) {
-            return Err(bad(format!(
-                "{} is outside {}",
-                e.target.display(),
-                j.project.display()
-            )));
-        }
-        if let Some(t) = &e.temp {
-            let tagged = t
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().contains(TEMP_TAG));
-            if !inside(t) || !tagged {
-                return Err(bad(format!(
-                    "{} is not a temporary file of an apply",
-                    t.display()
-                )));
+        let target = rel(&e.target)?;
+        let temp = match &e.temp {
+            None => None,
+            Some(t) => {
+                let name = t.file_name().and_then(|n| n.to_str());
+                let ok = rel(t).is_ok()
+                    && t.parent() == e.target.parent()
+                    && name.is_some_and(|n| n.contains(TEMP_TAG));
+                match name {
+                    Some(n) if ok => Some(n.to_string()),
+                    _ => {
+                        return Err(bad(format!(
+                            "{} is not a temporary file of an apply next to {}",
+                            t.display(),
+                            e.target.display()
+                        )))
+                    }
+                }
             }
-        }
+        };
+        entries.push(Step {
+            target,
+            temp,
+            delete: e.delete,
+        });
     }
-    for d in j.rmdirs.iter().chain(&j.created_dirs) {
-        if !inside(d) {
-            return Err(bad(format!(
-                "{} is outside {}",
-                d.display(),
-                j.project.display()
-            )));
-        }
-    }
-    Ok(j)
+    let rmdirs = j.rmdirs.iter().map(|d| rel(d)).collect::<Result<_>>()?;
+    let created_dirs = j
+        .created_dirs
+        .iter()
+        .map(|d| rel(d))
+        .collect::<Result<_>>()?;
+    Ok(Steps {
+        project: j.project,
+        entries,
+        rmdirs,
+        created_dirs,
+    })
 }
 
-/// Finishes or rolls back the journal of one session folder, if it has one.
+/// Finishes or rolls back the journal of one session folder, if it has one. The project is
+/// opened once and worked on beneath its root, like an apply: a link on the way stops a roll
+/// forward before it changes anything ([`StagingError::RecoveryStopped`], the journal stays),
+/// and a roll back leaves a temporary file behind a link where it is.
 pub(crate) fn finish_journal(dir: &Path) -> Result<Option<Recovered>> {
     let commit = dir.join(JOURNAL_COMMIT);
     let pending = dir.join(JOURNAL_PENDING);
     if lstat(&commit).map_err(io_err("read", &commit))?.is_some() {
-        let j = read_journal(&commit)?;
-        let files = roll_forward(&j, false)?;
+        let steps = read_journal(&commit)?;
+        let files = match Beneath::open(&steps.project) {
+            Ok(mut b) => b
+                .reserve(steps.entries.len() + 1)
+                .and_then(|()| roll_forward(&steps, &mut b, false)),
+            // The project was removed since: nothing of it is left to finish.
+            Err(StagingError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
+        .map_err(|e| StagingError::RecoveryStopped {
+            journal: commit.clone(),
+            source: Box::new(e),
+        })?;
         fs::remove_file(&commit).map_err(io_err("remove the apply journal", &commit))?;
         let _ = fs::remove_file(&pending);
         fsync_dir(dir)?;
         return Ok(Some(Recovered {
             session_dir: dir.to_path_buf(),
-            project: Some(j.project),
+            project: Some(steps.project),
             action: RecoveryAction::RolledForward,
             files,
         }));
@@ -678,9 +869,13 @@ pub(crate) fn finish_journal(dir: &Path) -> Result<Option<Recovered>> {
         // The pending journal is synced before any temporary file is made, so one that does
         // not parse was torn before anything else happened.
         let (project, files) = match read_journal(&pending) {
-            Ok(j) => {
-                let n = roll_back(&j);
-                (Some(j.project), n)
+            Ok(steps) => {
+                let n = match Beneath::open(&steps.project) {
+                    Ok(mut b) => roll_back(&steps, &mut b),
+                    // The project is gone: no temporary file of it is left to remove.
+                    Err(_) => 0,
+                };
+                (Some(steps.project), n)
             }
             Err(StagingError::Journal { .. }) => (None, 0),
             Err(e) => return Err(e),
@@ -949,16 +1144,15 @@ fn overlay_discard(lower: &Path, upper: &Path, set: &ChangeSet) -> Result<()> {
 }
 
 /// Copy discard: each shown path in the copy is restored from the project. Additions go
-/// first, so a file that replaced a folder is out of the way when the folder comes back.
+/// first, so a file that replaced a folder is out of the way when the folder comes back. The
+/// project is read beneath its held root, never through a link.
 fn copy_discard(project: &Path, copy: &Path, set: &ChangeSet) -> Result<()> {
-    let mut known = HashSet::new();
+    let beneath = Beneath::open(project)?;
     let mut parents = BTreeSet::new();
     let mut restores = Vec::new();
     for c in &set.changes {
-        let pm = lstat_rel(project, &c.path, &mut known)
-            .map_err(io_err("read", project.join(&c.path)))?;
-        match pm {
-            Some(pm) if !pm.file_type().is_dir() => restores.push((c.path.clone(), pm)),
+        match beneath.stat(&c.path)? {
+            Some(pm) if !pm.file_type().is_dir() => restores.push(c.path.clone()),
             _ => {
                 let mut ck = HashSet::new();
                 if real_dir_chain(copy, &c.path, &mut ck)
@@ -982,7 +1176,8 @@ fn copy_discard(project: &Path, copy: &Path, set: &ChangeSet) -> Result<()> {
         let mut d = p;
         while !d.is_empty() {
             let mut ck = HashSet::new();
-            if lstat_rel(project, &d, &mut ck)
+            if beneath
+                .stat(&d)
                 .ok()
                 .flatten()
                 .is_some_and(|m| m.file_type().is_dir())
@@ -994,7 +1189,7 @@ fn copy_discard(project: &Path, copy: &Path, set: &ChangeSet) -> Result<()> {
             d = parent_rel(&d).to_string();
         }
     }
-    for (rel, pm) in restores {
+    for rel in restores {
         for anc in ancestors_rel(&rel) {
             let ap = copy.join(anc);
             match lstat(&ap).map_err(io_err("read", &ap))? {
@@ -1003,14 +1198,15 @@ fn copy_discard(project: &Path, copy: &Path, set: &ChangeSet) -> Result<()> {
                     if other.is_some() {
                         remove_entry(&ap)?;
                     }
-                    let mode = fs::symlink_metadata(project.join(anc))
+                    let mode = beneath
+                        .stat(anc)?
                         .map(|m| m.mode() & 0o777)
                         .unwrap_or(0o755);
                     mkdir_mode(&ap, mode)?;
                 }
             }
         }
-        copy_entry_into(&project.join(&rel), &pm, &copy.join(&rel))?;
+        copy_entry_into(&beneath, &rel, &copy.join(&rel))?;
     }
     Ok(())
 }

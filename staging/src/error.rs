@@ -75,14 +75,14 @@ pub enum StagingError {
         limit: usize,
     },
 
-    /// `cp` failed to copy the project.
+    /// The staging copy of the project could not be made.
     #[error("copying {} to {} failed: {reason}", project.display(), dest.display())]
     CopyFailed {
         /// The project.
         project: PathBuf,
         /// Where the copy was going.
         dest: PathBuf,
-        /// Exit status and the start of `cp`'s error output.
+        /// What failed.
         reason: String,
     },
 
@@ -143,6 +143,73 @@ pub enum StagingError {
         #[source]
         source: Box<StagingError>,
     },
+
+    /// A project path could not be reached without following a link: on the way to it (or at
+    /// it), the project has a symbolic link, or an entry of another kind than the one Garuda
+    /// needs there. A command running in direct mode in the same project can swap a folder
+    /// for a link while Garuda works; nothing is ever written, read or removed through such
+    /// an entry, and an apply that meets one is refused as a whole.
+    #[error("{path}: the project has {found} at {at} where {wanted} was expected; Garuda never writes through it{}", found.hint())]
+    UnsafeProjectPath {
+        /// Project-relative path that was being applied, copied or recovered.
+        path: String,
+        /// Project-relative path of the entry that was found (`path` itself or an ancestor).
+        at: String,
+        /// What was found there.
+        found: FoundKind,
+        /// What was needed there ("a real folder", "a file or a link").
+        wanted: &'static str,
+    },
+
+    /// Recovery could not finish a committed apply without following a link (or failed
+    /// otherwise). The journal stays where it is; every start retries it.
+    #[error("{}: an interrupted apply could not be finished ({source}); the journal was left in place and the next start tries again (restore the folder, or move the journal away to give up the rest of that apply)", journal.display())]
+    RecoveryStopped {
+        /// The journal left behind.
+        journal: PathBuf,
+        /// What stopped it.
+        #[source]
+        source: Box<StagingError>,
+    },
+}
+
+/// What [`StagingError::UnsafeProjectPath`] found in the project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FoundKind {
+    /// A symbolic link.
+    Link,
+    /// A regular file.
+    File,
+    /// A folder.
+    Folder,
+    /// A FIFO, socket or device.
+    Special,
+    /// An entry that changed kind while it was being opened (a link swapped in and out).
+    Changing,
+}
+
+impl FoundKind {
+    fn hint(self) -> &'static str {
+        match self {
+            FoundKind::Link | FoundKind::Changing => {
+                " (a link there may have been swapped in by a command running in the same project)"
+            }
+            FoundKind::File => " (a file replaced by a folder cannot be applied in one change: discard and make that change in two commands)",
+            FoundKind::Folder | FoundKind::Special => "",
+        }
+    }
+}
+
+impl std::fmt::Display for FoundKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FoundKind::Link => "a symbolic link",
+            FoundKind::File => "a file",
+            FoundKind::Folder => "a folder",
+            FoundKind::Special => "a special file",
+            FoundKind::Changing => "an entry that changed while it was opened",
+        })
+    }
 }
 
 /// Result alias.

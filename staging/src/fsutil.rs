@@ -11,6 +11,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::beneath::{Beneath, Source};
 use crate::error::{io_err, Result};
 
 /// A file's change time (`st_ctime`), comparable. User space can set mtime back but not ctime,
@@ -334,37 +335,48 @@ pub(crate) fn remove_dir_if_empty(path: &Path) -> bool {
     fs::remove_dir(path).is_ok()
 }
 
-/// Copies a project entry (regular file or link) to `dest` inside a staging folder, replacing
-/// what is there, through a temporary name and a rename. Keeps the permission bits and the
-/// modification time, so the copy backend's size-and-mtime check sees the two as equal.
-pub(crate) fn copy_entry_into(src: &Path, src_meta: &Metadata, dest: &Path) -> Result<()> {
+/// Copies the project entry at `rel` (a regular file or a link) to `dest` inside a staging
+/// folder, replacing what is there, through a temporary name and a rename. Keeps the
+/// permission bits and the modification time, so the copy backend's size-and-mtime check
+/// sees the two as equal.
+///
+/// The project side is read beneath its held root ([`Beneath::open_source`]): the file is
+/// opened with `O_NOFOLLOW` from its folder's descriptor and a link is read as a link, so a
+/// folder (or file) a concurrent command swapped for a link cannot bring a file from outside
+/// the project into the staged view. Mode and time come from the opened file itself. The
+/// staging side is a folder no command can write while this runs. `Ok(false)` when the entry
+/// is gone.
+pub(crate) fn copy_entry_into(project: &Beneath, rel: &str, dest: &Path) -> Result<bool> {
     let tmp = sibling_temp(dest, "garuda-sync");
     let _ = fs::remove_file(&tmp);
-    if src_meta.file_type().is_symlink() {
-        let target = fs::read_link(src).map_err(io_err("read the link", src))?;
-        std::os::unix::fs::symlink(&target, &tmp).map_err(io_err("create the link", &tmp))?;
-    } else {
-        let mut input = File::open(src).map_err(io_err("read", src))?;
-        let mut out = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(io_err("create", &tmp))?;
-        let copied = io::copy(&mut input, &mut out).map_err(io_err("copy", src));
-        let perms = fs::Permissions::from_mode(src_meta.mode() & PERM_MASK);
-        let done = copied
-            .and_then(|_| {
-                out.set_permissions(perms)
-                    .map_err(io_err("set the mode", &tmp))
-            })
-            .and_then(|()| {
-                let mtime = src_meta.modified().map_err(io_err("read the time", src))?;
-                out.set_modified(mtime)
-                    .map_err(io_err("set the time", &tmp))
-            });
-        if let Err(e) = done {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
+    match project.open_source(rel)? {
+        Source::Missing => return Ok(false),
+        Source::Link(target) => {
+            std::os::unix::fs::symlink(&target, &tmp).map_err(io_err("create the link", &tmp))?;
+        }
+        Source::File(mut input, src_meta) => {
+            let src = project.root_path().join(rel);
+            let mut out = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+                .map_err(io_err("create", &tmp))?;
+            let copied = io::copy(&mut input, &mut out).map_err(io_err("copy", &src));
+            let perms = fs::Permissions::from_mode(src_meta.mode() & PERM_MASK);
+            let done = copied
+                .and_then(|_| {
+                    out.set_permissions(perms)
+                        .map_err(io_err("set the mode", &tmp))
+                })
+                .and_then(|()| {
+                    let mtime = src_meta.modified().map_err(io_err("read the time", &src))?;
+                    out.set_modified(mtime)
+                        .map_err(io_err("set the time", &tmp))
+                });
+            if let Err(e) = done {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
         }
     }
     // A directory in the way (the command made one where the project has a file) goes first.
@@ -376,7 +388,8 @@ pub(crate) fn copy_entry_into(src: &Path, src_meta: &Metadata, dest: &Path) -> R
     fs::rename(&tmp, dest).map_err(|e| {
         let _ = fs::remove_file(&tmp);
         io_err("rename into place", dest)(e)
-    })
+    })?;
+    Ok(true)
 }
 
 /// `.<name>.<tag>` next to `path`, or a short fallback when that would be too long a name.

@@ -17,8 +17,8 @@
 //! | backend | start | change list | how the command sees it |
 //! |---|---|---|---|
 //! | [`Backend::Overlay`] | O(1): `mkdir upper/ work/` | O(changed files): walks `upper/` only | overlayfs, lower = the project, mounted with `userxattr` in the command's user namespace |
-//! | [`Backend::ReflinkCopy`] | `cp --reflink=always -a` (copy-on-write clones) | O(project): walks the copy and the project | the copy, bound at the project's path |
-//! | [`Backend::PlainCopy`] | `cp -a`, refused over [`PLAIN_COPY_CAP`] (2 GiB) | O(project) | the copy, bound at the project's path |
+//! | [`Backend::ReflinkCopy`] | a copy of copy-on-write clones (`FICLONE`) | O(project): walks the copy and the project | the copy, bound at the project's path |
+//! | [`Backend::PlainCopy`] | a copy, refused over [`PLAIN_COPY_CAP`] (2 GiB) | O(project) | the copy, bound at the project's path |
 //!
 //! [`BackendChoice::Auto`] takes the overlay when the caller's probe says overlayfs works in a
 //! user namespace, else a reflink copy when a one-file probe works (ext4 has no reflink), else
@@ -99,6 +99,13 @@
 //!    file is renamed over its target, and the parent folders are synced;
 //! 5. `apply.commit` is removed.
 //!
+//! The project is never reached by path name: it is opened once and walked beneath its root
+//! without following a link, the folders written in are held open from the conflict check to
+//! the last rename, and every write is an `*at` call in them. A link (or a changed kind) on the
+//! way refuses the whole apply with [`StagingError::UnsafeProjectPath`]; recovery stops before
+//! changing anything and keeps its journal ([`StagingError::RecoveryStopped`]). The copy
+//! backend's copies read the project the same way. See `beneath.rs`.
+//!
 //! Then the applied entries leave staging (overlay: from `upper/`, so the project shows
 //! through). [`recover`] (run by every [`Session::create`], and by [`Session::close`] for its
 //! own folder) rolls an `apply.commit` forward — renames the temporary files that remain,
@@ -136,13 +143,17 @@
 //! - **The supervisor never follows a link the command planted** while reading, writing or
 //!   removing inside staging (every ancestor is checked with `lstat`), so a `copy/src ->
 //!   /home/me` link cannot redirect a discard or a sync.
+//! - **A command running in direct mode in the same project cannot race an apply** into
+//!   writing outside the project by swapping a folder for a link: apply, recovery and the
+//!   copies reach the project beneath its held root, never through a link.
 //! - **Hidden text**: control characters, invalid UTF-8 and bidirectional or zero-width
 //!   characters are shown as escapes, in the diff and in paths.
 //! - **Crashes** never leave the project half-applied: the journal is completed or rolled back.
 //!
 //! Assumed: no process of the command is alive while Garuda lists, applies or discards (the
 //! executor kills the whole process tree, in its own PID namespace), the developer does not
-//! race an apply in the instant between its conflict check and its renames, and the project
+//! race an apply in the instant between its conflict check and its renames (a racing command
+//! can lose an edit inside the project, not make Garuda write outside it), and the project
 //! does not change under a running overlay mount (overlayfs leaves that undefined; Garuda
 //! reports such a change as a conflict).
 //!
@@ -152,6 +163,7 @@
 #![deny(missing_docs)]
 
 mod apply;
+mod beneath;
 mod changes;
 mod error;
 mod fsutil;
@@ -166,7 +178,7 @@ pub use apply::{
     recover, Applied, Recovered, RecoveryAction, FAILPOINT_ENV, JOURNAL_COMMIT, JOURNAL_PENDING,
 };
 pub use changes::{Change, ChangeKind, ChangeSet, ENTRY_LIMIT};
-pub use error::{Result, StagingError};
+pub use error::{FoundKind, Result, StagingError};
 pub use render::{render, DIFF_CHAR_LIMIT};
 pub use sensitive::{is_sensitive_name, is_sensitive_path};
 pub use session::{Backend, BackendChoice, CommandMark, Session, PLAIN_COPY_CAP};

@@ -3,20 +3,21 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, Metadata};
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use garuda_policy::StagedView;
 
 use crate::apply::{self, Applied, Recovered};
+use crate::beneath::{list_in, source_in, times_of, Beneath, Source, Walk};
 use crate::changes::{collect, ChangeSet, Listing, ENTRY_LIMIT};
 use crate::error::{io_err, Result, StagingError};
 use crate::fsutil::{
-    copy_entry_into, has_overlay_xattr, join, kind_of, lstat, lstat_rel, mkdir_mode,
-    real_dir_chain, remove_entry, remove_tree, set_opaque, FsTime, Kind,
+    copy_entry_into, has_overlay_xattr, join, kind_of, lstat, mkdir_mode, real_dir_chain,
+    remove_entry, remove_tree, set_opaque, FsTime, Kind,
 };
 use crate::rules::Rules;
 use crate::view::Layout;
@@ -395,107 +396,216 @@ fn random_hex() -> String {
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// `cp` from the system folders, never from `PATH` (a `PATH` entry could be a writable
-/// folder).
-fn cp_binary() -> PathBuf {
-    for p in ["/usr/bin/cp", "/bin/cp"] {
-        if Path::new(p).exists() {
-            return PathBuf::from(p);
-        }
-    }
-    PathBuf::from("cp")
-}
-
-/// Probes `cp --reflink=always` with one file of the project (or a file of the session
-/// folder when the project has none near the top): ext4 has no reflink.
+/// Probes a reflink clone (`FICLONE`) of one regular file of the project (opened beneath its
+/// root, `O_NOFOLLOW`) into the session folder; ext4 has none. Without a file near the top of
+/// the project, a file of the session folder is cloned instead.
 fn reflink_works(project: &Path, dir: &Path) -> bool {
     let probe_dest = dir.join("reflink-probe");
-    let source = first_file(project).unwrap_or_else(|| {
-        let p = dir.join("reflink-source");
-        let _ = fs::write(&p, b"probe");
-        p
+    let source = match first_file(project) {
+        Some(f) => Some(f),
+        None => {
+            let p = dir.join("reflink-source");
+            let _ = fs::write(&p, b"probe");
+            fs::File::open(&p).ok()
+        }
+    };
+    let ok = source.is_some_and(|src| {
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe_dest)
+            .is_ok_and(|dst| rustix::fs::ioctl_ficlone(&dst, &src).is_ok())
     });
-    let ok = Command::new(cp_binary())
-        .arg("--reflink=always")
-        .arg("--")
-        .arg(&source)
-        .arg(&probe_dest)
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
     let _ = fs::remove_file(&probe_dest);
     let _ = fs::remove_file(dir.join("reflink-source"));
     ok
 }
 
-fn first_file(project: &Path) -> Option<PathBuf> {
-    let mut dirs = vec![project.to_path_buf()];
+/// The first non-empty regular file among the project's first 1,000 entries, opened.
+fn first_file(project: &Path) -> Option<fs::File> {
+    let beneath = Beneath::open(project).ok()?;
     let mut seen = 0;
-    while let Some(d) = dirs.pop() {
-        for e in fs::read_dir(&d).ok()?.flatten() {
-            seen += 1;
-            if seen > 1000 {
-                return None;
-            }
-            let t = e.file_type().ok()?;
-            if t.is_file() {
-                return Some(e.path());
-            }
-            if t.is_dir() {
-                dirs.push(e.path());
+    let mut found = None;
+    let _ = beneath.walk_tree("", |_, m, parent, name| {
+        seen += 1;
+        if seen > 1000 {
+            return Ok(Walk::Stop);
+        }
+        if m.file_type().is_file() && m.len() > 0 {
+            let flags = rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::NONBLOCK
+                | rustix::fs::OFlags::CLOEXEC;
+            if let Ok(fd) = rustix::fs::openat(parent, name, flags, rustix::fs::Mode::empty()) {
+                let f = fs::File::from(fd);
+                if f.metadata().is_ok_and(|m| m.is_file()) {
+                    found = Some(f);
+                    return Ok(Walk::Stop);
+                }
             }
         }
-    }
-    None
+        Ok(Walk::Descend)
+    });
+    found
 }
 
-/// Entries and bytes (apparent size of regular files) of a tree; stops counting past
-/// `limit` entries.
-fn measure(root: &Path, limit: usize) -> Result<(usize, u64)> {
+/// Entries and bytes (apparent size of regular files) of the project, walked beneath its
+/// root; stops counting past `limit` entries.
+fn measure(project: &Path, limit: usize) -> Result<(usize, u64)> {
+    let beneath = Beneath::open(project)?;
     let mut count = 0usize;
     let mut size = 0u64;
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).map_err(io_err("list", &d))? {
-            let e = e.map_err(io_err("list", &d))?;
-            count += 1;
-            if count > limit {
-                return Ok((count, size));
-            }
-            let m = e.metadata().map_err(io_err("read", e.path()))?;
-            if m.is_dir() {
-                stack.push(e.path());
-            } else if m.is_file() {
-                size = size.saturating_add(m.len());
-            }
+    beneath.walk_tree("", |_, m, _, _| {
+        count += 1;
+        if count > limit {
+            return Ok(Walk::Stop);
         }
-    }
+        if m.is_file() {
+            size = size.saturating_add(m.len());
+        }
+        Ok(Walk::Descend)
+    })?;
     Ok((count, size))
 }
 
-/// `cp -a [--reflink=always] -- project dest`. A failed copy leaves nothing at `dest`.
+/// Copies the project into `dest` (which must not exist), the way `cp -a` would, but walking
+/// the project beneath its held root: every folder is opened from the one above without
+/// following a link, and every file with `O_NOFOLLOW` from its folder's descriptor. A
+/// command running in direct mode in the same project that swaps a folder for a link while
+/// the copy runs gets a refusal ([`StagingError::UnsafeProjectPath`]), never a file from
+/// outside the project in the staged view. (`cp` walks by path name, so a swapped folder
+/// would be followed.)
+///
+/// Copied: folders, regular files (a reflink clone with `reflink`, else the bytes), links as
+/// links, FIFOs and sockets; all permission bits, owner and group where allowed (as root),
+/// access and modification times. Devices that cannot be made (not root) are left out (the
+/// change list counts them as ignored); hard links become separate files; xattrs and ACLs are
+/// not copied (nothing compares or applies them). A failed copy leaves nothing at `dest`.
 fn copy_tree(project: &Path, dest: &Path, reflink: bool) -> Result<()> {
-    let mut cmd = Command::new(cp_binary());
-    cmd.arg("-a");
-    if reflink {
-        cmd.arg("--reflink=always");
+    let r = copy_tree_inner(project, dest, reflink);
+    if let Err(e) = r {
+        let _ = remove_tree(dest);
+        return Err(match e {
+            e @ StagingError::UnsafeProjectPath { .. } => e,
+            e => StagingError::CopyFailed {
+                project: project.to_path_buf(),
+                dest: dest.to_path_buf(),
+                reason: e.to_string(),
+            },
+        });
     }
-    let out = cmd.arg("--").arg(project).arg(dest).output();
-    let reason = match out {
-        Ok(o) if o.status.success() => return Ok(()),
-        Ok(o) => {
-            let err = String::from_utf8_lossy(&o.stderr);
-            let err: String = err.chars().take(500).collect();
-            format!("{}: {}", o.status, err.trim())
+    Ok(())
+}
+
+fn copy_tree_inner(project: &Path, dest: &Path, reflink: bool) -> Result<()> {
+    let beneath = Beneath::open(project)?;
+    let root_meta = fs::File::from(
+        rustix::io::dup(beneath.root().as_fd())
+            .map_err(|e| io_err("open the project", project)(e.into()))?,
+    )
+    .metadata()
+    .map_err(io_err("read", project))?;
+    mkdir_mode(dest, 0o700)?;
+    // Folder modes and times are set last (deepest first): writing inside a folder changes
+    // its mtime, and a read-only folder could not be filled.
+    let mut dirs: Vec<(PathBuf, Metadata)> = vec![(dest.to_path_buf(), root_meta)];
+    beneath.walk_tree("", |rel, m, parent, name| {
+        let to = dest.join(rel);
+        let t = m.file_type();
+        if t.is_dir() {
+            mkdir_mode(&to, 0o700)?;
+            dirs.push((to, m.clone()));
+            return Ok(Walk::Descend);
         }
-        Err(e) => format!("cannot run {}: {e}", cp_binary().display()),
-    };
-    let _ = remove_tree(dest);
-    Err(StagingError::CopyFailed {
-        project: project.to_path_buf(),
-        dest: dest.to_path_buf(),
-        reason,
-    })
+        if t.is_symlink() || t.is_file() {
+            // Opened as what it is now, never followed: a link is read as a link, a file
+            // with O_NOFOLLOW; anything else there now is refused.
+            match source_in(parent, name, &rel.to_string_lossy(), project)? {
+                Source::Missing => {}
+                Source::Link(target) => {
+                    std::os::unix::fs::symlink(&target, &to)
+                        .map_err(io_err("create the link", &to))?;
+                    let _ = rustix::fs::chownat(
+                        rustix::fs::CWD,
+                        &to,
+                        Some(rustix::fs::Uid::from_raw(m.uid())),
+                        Some(rustix::fs::Gid::from_raw(m.gid())),
+                        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                    );
+                    let _ = rustix::fs::utimensat(
+                        rustix::fs::CWD,
+                        &to,
+                        &times_of(m),
+                        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                    );
+                }
+                Source::File(mut src, sm) => {
+                    let mut out = fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .open(&to)
+                        .map_err(io_err("create", &to))?;
+                    if reflink {
+                        rustix::fs::ioctl_ficlone(&out, &src)
+                            .map_err(|e| io_err("clone (reflink)", &to)(e.into()))?;
+                    } else {
+                        std::io::copy(&mut src, &mut out)
+                            .map_err(io_err("copy", project.join(rel)))?;
+                    }
+                    let _ = rustix::fs::fchown(
+                        &out,
+                        Some(rustix::fs::Uid::from_raw(sm.uid())),
+                        Some(rustix::fs::Gid::from_raw(sm.gid())),
+                    );
+                    out.set_permissions(fs::Permissions::from_mode(sm.mode() & 0o7777))
+                        .map_err(io_err("set the mode", &to))?;
+                    rustix::fs::futimens(&out, &times_of(&sm))
+                        .map_err(|e| io_err("set the time", &to)(e.into()))?;
+                }
+            }
+            return Ok(Walk::Skip);
+        }
+        // FIFO, socket, device: made again (never opened). A device needs root.
+        let made = rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &to,
+            rustix::fs::FileType::from_raw_mode(m.mode()),
+            rustix::fs::Mode::from_raw_mode(m.mode() & 0o7777),
+            m.rdev(),
+        );
+        match made {
+            Ok(()) => {
+                let _ = rustix::fs::utimensat(
+                    rustix::fs::CWD,
+                    &to,
+                    &times_of(m),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                );
+            }
+            Err(rustix::io::Errno::PERM) if t.is_block_device() || t.is_char_device() => {}
+            Err(e) => return Err(io_err("create the special file", &to)(e.into())),
+        }
+        Ok(Walk::Skip)
+    })?;
+    for (d, m) in dirs.iter().rev() {
+        let _ = rustix::fs::chownat(
+            rustix::fs::CWD,
+            d,
+            Some(rustix::fs::Uid::from_raw(m.uid())),
+            Some(rustix::fs::Gid::from_raw(m.gid())),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        );
+        fs::set_permissions(d, fs::Permissions::from_mode(m.mode() & 0o7777))
+            .map_err(io_err("set the folder's mode", d))?;
+        let _ = rustix::fs::utimensat(
+            rustix::fs::CWD,
+            d,
+            &times_of(m),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        );
+    }
+    Ok(())
 }
 
 fn changed_since(m: &Metadata, since: FsTime) -> bool {
@@ -507,7 +617,8 @@ fn changed_since(m: &Metadata, since: FsTime) -> bool {
 /// dropped (the project shows through); inside an opaque folder, where the project cannot
 /// show through, the project's new version is copied into upper instead.
 fn sync_overlay(lower: &Path, upper: &Path, since: FsTime) -> Result<()> {
-    let mut lower_known = HashSet::new();
+    // The project is read beneath its held root: a folder swapped for a link is not followed.
+    let beneath = Beneath::open(lower)?;
     let mut opaque_dirs = Vec::new();
     let mut stack: Vec<(String, bool)> = vec![(String::new(), false)];
     while let Some((dir, under_opaque)) = stack.pop() {
@@ -536,10 +647,9 @@ fn sync_overlay(lower: &Path, upper: &Path, since: FsTime) -> Result<()> {
                 stack.push((rel, under_opaque || opaque));
                 continue;
             }
-            let lower_path = lower.join(&rel);
-            let lm =
-                lstat_rel(lower, &rel, &mut lower_known).map_err(io_err("read", &lower_path))?;
-            let Some(lm) = lm else { continue };
+            let Some(lm) = beneath.stat(&rel)? else {
+                continue;
+            };
             if !changed_since(&lm, since) {
                 continue;
             }
@@ -548,36 +658,35 @@ fn sync_overlay(lower: &Path, upper: &Path, since: FsTime) -> Result<()> {
                     remove_entry(&path)?;
                 }
             } else if under_opaque {
-                copy_entry_into(&lower_path, &lm, &path)?;
+                copy_entry_into(&beneath, &rel, &path)?;
             } else {
                 remove_entry(&path)?;
             }
         }
     }
     for o in opaque_dirs {
-        sync_hidden(lower, upper, &o, since)?;
+        sync_hidden(&beneath, upper, &o, since)?;
     }
     Ok(())
 }
 
 /// Copies project entries changed since `since` that an opaque upper folder hides (and that
 /// upper has no entry for) into upper, creating the folders between as opaque ones.
-fn sync_hidden(lower: &Path, upper: &Path, opaque: &str, since: FsTime) -> Result<()> {
+fn sync_hidden(project: &Beneath, upper: &Path, opaque: &str, since: FsTime) -> Result<()> {
     let mut stack = vec![opaque.to_string()];
     while let Some(dir) = stack.pop() {
-        let dpath = lower.join(&dir);
-        let Ok(rd) = fs::read_dir(&dpath) else {
+        // Listed from the folder's own descriptor, reached without following a link.
+        let Ok(Some(dfd)) = project.dir(&dir, &dir) else {
             continue;
         };
-        for e in rd.flatten() {
-            let Ok(name) = e.file_name().into_string() else {
+        let Ok(entries) = list_in(dfd.as_fd()) else {
+            continue;
+        };
+        for (name, lm) in entries {
+            let Ok(name) = name.into_string() else {
                 continue;
             };
             let rel = format!("{dir}/{name}");
-            let lpath = lower.join(&rel);
-            let Some(lm) = lstat(&lpath).map_err(io_err("read", &lpath))? else {
-                continue;
-            };
             let upath = upper.join(&rel);
             let um = lstat(&upath).map_err(io_err("read", &upath))?;
             if lm.file_type().is_dir() {
@@ -597,7 +706,8 @@ fn sync_hidden(lower: &Path, upper: &Path, opaque: &str, since: FsTime) -> Resul
                     Some(m) if m.file_type().is_dir() => {}
                     Some(_) => return Ok(()),
                     None => {
-                        let mode = fs::symlink_metadata(lower.join(anc))
+                        let mode = project
+                            .stat(anc)?
                             .map(|m| m.mode() & 0o777)
                             .unwrap_or(0o755);
                         mkdir_mode(&ap, mode)?;
@@ -606,7 +716,7 @@ fn sync_hidden(lower: &Path, upper: &Path, opaque: &str, since: FsTime) -> Resul
                 }
             }
             if real_dir_chain(upper, &rel, &mut known).map_err(io_err("read", &upath))? {
-                copy_entry_into(&lpath, &lm, &upath)?;
+                copy_entry_into(project, &rel, &upath)?;
             }
         }
     }
@@ -617,7 +727,9 @@ fn sync_hidden(lower: &Path, upper: &Path, opaque: &str, since: FsTime) -> Resul
 /// for the paths it changed). An entry only in the copy is removed unless it is ignored (an
 /// ignored file a command made stays for the next command).
 fn sync_copy(layout: &Layout, project: &Path, copy: &Path, since: FsTime) -> Result<()> {
-    let pmap = walk_all(project)?;
+    // The project is walked and read beneath its held root, never through a link.
+    let beneath = Beneath::open(project)?;
+    let pmap = walk_project(&beneath)?;
     let cmap = walk_all(copy)?;
     let mut known = HashSet::new();
     for (rel, pm) in &pmap {
@@ -661,7 +773,7 @@ fn sync_copy(layout: &Layout, project: &Path, copy: &Path, since: FsTime) -> Res
                 }
             }
         } else if pm.file_type().is_file() || pm.file_type().is_symlink() {
-            copy_entry_into(&project.join(rel), pm, &dest)?;
+            copy_entry_into(&beneath, rel, &dest)?;
         }
     }
     let mut rules = Rules::new(layout);
@@ -679,6 +791,20 @@ fn sync_copy(layout: &Layout, project: &Path, copy: &Path, since: FsTime) -> Res
     Ok(())
 }
 
+/// Every project entry with a UTF-8 path, walked beneath the project's root.
+fn walk_project(beneath: &Beneath) -> Result<BTreeMap<String, Metadata>> {
+    let mut out = BTreeMap::new();
+    beneath.walk_tree("", |rel, m, _, _| {
+        let Some(rel) = rel.to_str() else {
+            return Ok(Walk::Skip);
+        };
+        out.insert(rel.to_string(), m.clone());
+        Ok(Walk::Descend)
+    })?;
+    Ok(out)
+}
+
+/// Every entry of a staging folder (no command can write there while this runs).
 fn walk_all(root: &Path) -> Result<BTreeMap<String, Metadata>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![String::new()];

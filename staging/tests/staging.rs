@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 
 use garuda_policy::StagedView;
 use garuda_staging::{
-    recover, render, Backend, BackendChoice, ChangeKind, ChangeSet, RecoveryAction, Session,
-    StagingError, FAILPOINT_ENV, JOURNAL_COMMIT, JOURNAL_PENDING,
+    recover, render, Backend, BackendChoice, ChangeKind, ChangeSet, FoundKind, RecoveryAction,
+    Session, StagingError, FAILPOINT_ENV, JOURNAL_COMMIT, JOURNAL_PENDING,
 };
 use tempfile::TempDir;
 
@@ -1055,6 +1055,147 @@ fn a_journal_pointing_outside_its_project_is_refused() {
         dead.join(JOURNAL_COMMIT).exists(),
         "kept for a person to look at"
     );
+}
+
+/// A committed journal that deletes `sub/victim.txt` and renames a temporary file in `sub/`,
+/// for a dead session; returns (session folder, outside folder). `sub` is then swapped for a
+/// link to a folder outside the project that holds a `victim.txt` and a planted temporary
+/// file of the same name.
+fn journal_through_a_link(env: &Env) -> (PathBuf, PathBuf) {
+    let p = env.p();
+    let dead = env
+        .home
+        .path()
+        .join("staging")
+        .join(format!("{}-0123456789abcdef", dead_pid()));
+    fs::create_dir_all(&dead).unwrap();
+    fs::create_dir_all(p.join("sub")).unwrap();
+    fs::write(p.join("sub/victim.txt"), "inside\n").unwrap();
+    fs::write(p.join("sub/.n.txt.garuda-apply-x"), "new n\n").unwrap();
+    let journal = serde_json::json!({
+        "version": 1,
+        "project": p,
+        "entries": [
+            {"target": p.join("sub/victim.txt"), "delete": true},
+            {"target": p.join("sub/n.txt"), "temp": p.join("sub/.n.txt.garuda-apply-x")},
+        ],
+        "rmdirs": [],
+        "created_dirs": [],
+    });
+    fs::write(
+        dead.join(JOURNAL_COMMIT),
+        serde_json::to_vec(&journal).unwrap(),
+    )
+    .unwrap();
+    let outside = env.home.path().join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("victim.txt"), "keep me\n").unwrap();
+    fs::write(outside.join(".n.txt.garuda-apply-x"), "planted\n").unwrap();
+    fs::rename(p.join("sub"), p.join("sub.away")).unwrap();
+    std::os::unix::fs::symlink(&outside, p.join("sub")).unwrap();
+    (dead, outside)
+}
+
+#[test]
+fn recovery_never_rolls_forward_through_a_link_and_keeps_the_journal() {
+    let env = Env::new();
+    let (dead, outside) = journal_through_a_link(&env);
+    let err = recover(env.home.path()).unwrap_err();
+    match &err {
+        StagingError::RecoveryStopped { journal, source } => {
+            assert_eq!(journal, &dead.join(JOURNAL_COMMIT));
+            assert!(
+                matches!(
+                    source.as_ref(),
+                    StagingError::UnsafeProjectPath { at, found: FoundKind::Link, .. } if at == "sub"
+                ),
+                "{source}"
+            );
+        }
+        other => panic!("not stopped: {other}"),
+    }
+    assert!(
+        err.to_string().contains("the journal was left in place"),
+        "{err}"
+    );
+    assert!(dead.join(JOURNAL_COMMIT).exists(), "the journal stays");
+    // Nothing outside was touched; nothing inside either (stopped before the first step).
+    assert_eq!(
+        fs::read_to_string(outside.join("victim.txt")).unwrap(),
+        "keep me\n"
+    );
+    assert!(outside.join(".n.txt.garuda-apply-x").exists());
+    assert!(!outside.join("n.txt").exists());
+    assert!(env.p().join("sub.away/victim.txt").exists());
+    // Restoring the folder lets the next start finish the apply.
+    fs::remove_file(env.p().join("sub")).unwrap();
+    fs::rename(env.p().join("sub.away"), env.p().join("sub")).unwrap();
+    let r = recover(env.home.path()).unwrap();
+    assert_eq!(r[0].action, RecoveryAction::RolledForward);
+    assert!(!env.p().join("sub/victim.txt").exists());
+    assert_eq!(
+        fs::read_to_string(env.p().join("sub/n.txt")).unwrap(),
+        "new n\n"
+    );
+    assert_eq!(
+        fs::read_to_string(outside.join("victim.txt")).unwrap(),
+        "keep me\n"
+    );
+}
+
+#[test]
+fn path_based_recovery_steps_through_the_same_link_do_reach_outside() {
+    // Negative control of the test above: the journal's steps resolved by name (as recovery
+    // used to) delete and write outside the project.
+    let env = Env::new();
+    let (_dead, outside) = journal_through_a_link(&env);
+    let p = env.p();
+    fs::remove_file(p.join("sub/victim.txt")).unwrap();
+    fs::rename(p.join("sub/.n.txt.garuda-apply-x"), p.join("sub/n.txt")).unwrap();
+    assert!(!outside.join("victim.txt").exists(), "deleted outside");
+    assert_eq!(
+        fs::read_to_string(outside.join("n.txt")).unwrap(),
+        "planted\n"
+    );
+}
+
+#[test]
+fn a_journal_of_another_format_version_is_refused_and_kept() {
+    let env = Env::new();
+    let dead = hand_journal(&env, "commit", true);
+    let file = dead.join(JOURNAL_COMMIT);
+    let mut j: serde_json::Value = serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
+    j["version"] = serde_json::json!(2);
+    fs::write(&file, serde_json::to_vec(&j).unwrap()).unwrap();
+    let before = snapshot(&env.p());
+    let err = recover(env.home.path()).unwrap_err();
+    assert!(matches!(err, StagingError::Journal { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("format version 2 is not one this Garuda reads"),
+        "{err}"
+    );
+    assert!(file.exists());
+    assert_eq!(snapshot(&env.p()), before);
+}
+
+#[test]
+fn a_journal_renaming_across_folders_is_refused() {
+    // Every rename stays in one held folder: a temporary file elsewhere is not a journal this
+    // Garuda wrote.
+    let env = Env::new();
+    let dead = hand_journal(&env, "commit", true);
+    let file = dead.join(JOURNAL_COMMIT);
+    let mut j: serde_json::Value = serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
+    j["entries"][0]["temp"] = serde_json::json!(env.p().join("sub/.a.txt.garuda-apply-x"));
+    fs::write(&file, serde_json::to_vec(&j).unwrap()).unwrap();
+    let err = recover(env.home.path()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("is not a temporary file of an apply next to"),
+        "{err}"
+    );
+    assert!(file.exists());
 }
 
 const CHILD_HOME: &str = "GARUDA_STAGING_TEST_HOME";

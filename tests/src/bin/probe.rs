@@ -282,6 +282,34 @@ fn spam(total: u64) -> Result<Option<String>, String> {
     Ok(None)
 }
 
+/// The attacker of the apply race test (issue 10, item 1): exchanges `a` (a folder) and `b`
+/// (a link to a folder outside the project) with `renameat2(RENAME_EXCHANGE)` over and over,
+/// so the name `a` is a folder and a link in turn with no moment where it is missing, until
+/// `stop` exists. Ends with `a` the folder again and prints `swaps=N`, or the first error.
+fn swap_loop(a: &CString, b: &CString, stop: &CString) -> String {
+    let mut swaps: u64 = 0;
+    loop {
+        // SAFETY: valid C string.
+        if unsafe { libc::access(stop.as_ptr(), libc::F_OK) } == 0 && swaps.is_multiple_of(2) {
+            return format!("swaps={swaps}");
+        }
+        // SAFETY: valid C strings.
+        let r = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                a.as_ptr(),
+                libc::AT_FDCWD,
+                b.as_ptr(),
+                libc::RENAME_EXCHANGE,
+            )
+        };
+        if r < 0 {
+            return format!("{} after swaps={swaps}", outcome(-1));
+        }
+        swaps += 1;
+    }
+}
+
 fn number<T: std::str::FromStr>(arg: &OsString) -> Result<T, String> {
     arg.to_str()
         .and_then(|s| s.parse().ok())
@@ -291,6 +319,7 @@ fn number<T: std::str::FromStr>(arg: &OsString) -> Result<T, String> {
 const USAGE: &str = "usage: garuda-probe SUBCOMMAND [ARGS]
   read|write|append|chmod|utimes|setxattr PATH
   symlink-write TARGET LINK    hardlink SRC DST
+  swap-loop A B STOP
   tcp-connect ADDR:PORT        udp-send ADDR:PORT
   unix-connect PATH
   tiocsti | ptrace-parent | ptrace-bogus | process-vm-readv | io-uring | unshare-user
@@ -388,6 +417,10 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
             outcome(libc::c_long::from(unsafe {
                 libc::rename(src.as_ptr(), dst.as_ptr())
             }))
+        }
+        "swap-loop" => {
+            expect_args(3)?;
+            swap_loop(&cstr(arg(0)?)?, &cstr(arg(1)?)?, &cstr(arg(2)?)?)
         }
         "tcp-connect" => {
             expect_args(1)?;
