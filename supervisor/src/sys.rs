@@ -9,7 +9,10 @@
 //!   not allocate, lock or format. Everything it needs — C strings, the mount steps, the
 //!   seccomp program, the Landlock ruleset — is prepared by the parent in a [`NativePlan`], and
 //!   the child only walks that plan with `libc` calls. A failure is reported as a fixed-size
-//!   record on a pipe, never with a panic.
+//!   record on a pipe, never with a panic. The sandbox's PID 1 then re-executes the
+//!   supervisor's own file to shed its copy of the supervisor (see `become_reaper`), and
+//!   `reaper_hook`, run from `.init_array` before `main` in every binary that links this
+//!   library, is where that PID 1 reaps.
 
 #![allow(unsafe_code)]
 
@@ -717,6 +720,24 @@ pub struct NativePlan {
     /// In proxy mode: outer makes the bridge's listener in the new network namespace and hands
     /// it to the supervisor (see [`BridgeHandoff`]) before anything else runs there.
     pub bridge: Option<BridgeHandoff>,
+    /// The supervisor's own executable (`O_PATH`, close-on-exec, see [`open_own_executable`]):
+    /// PID 1 executes it as the reaper ([`REAPER_ARGV0`]) once its setup is done.
+    pub reaper_exe: RawFd,
+}
+
+/// `argv[0]` under which the landlock executor's PID 1 executes the supervisor's binary to
+/// become the reaper: `[REAPER_ARGV0, command pid, report fd]`, with an empty environment.
+pub const REAPER_ARGV0: &CStr = c"garuda-sandbox-init";
+
+/// Open this process's own executable (`/proc/self/exe`, followed) as an `O_PATH`,
+/// close-on-exec handle. Executing the handle runs the very file the supervisor runs, even if
+/// the path was replaced or removed since, and needs no path inside the sandbox.
+pub fn open_own_executable() -> io::Result<OwnedFd> {
+    // SAFETY: a constant NUL-terminated path; flags are constants.
+    let fd = unsafe { libc::open(c"/proc/self/exe".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    cvt(fd as libc::c_long)?;
+    // SAFETY: open succeeded and returned a fresh descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The sandbox side of the proxy bridge's listener handoff (`crate::netbridge`): in the new
@@ -779,6 +800,18 @@ pub enum Stage {
     BridgeListen = 20,
     /// Handing the listener to the supervisor, or the supervisor refusing to go ahead.
     BridgeHandoff = 21,
+    /// PID 1: the pipe that holds the command back until PID 1 has become the reaper.
+    Pid1Sync = 22,
+    /// PID 1: putting `/dev/null` on its stdio.
+    Pid1Stdio = 23,
+    /// PID 1: `PR_SET_NO_NEW_PRIVS`.
+    Pid1NoNewPrivs = 24,
+    /// PID 1: dropping capabilities.
+    Pid1DropCaps = 25,
+    /// PID 1: installing the seccomp filter.
+    Pid1Seccomp = 26,
+    /// PID 1: executing the reaper.
+    Pid1Exec = 27,
     /// Mount step N is reported as `MOUNT_BASE + N`.
     MountBase = 1000,
 }
@@ -824,10 +857,14 @@ pub const SETUP_FAILED_EXIT: i32 = 125;
 ///
 /// Process layout: `outer` (new user, mount, net, IPC, UTS, cgroup namespaces; builds the
 /// mounts; waits) → `init` (PID 1 of a new PID namespace: mounts `/proc`, bounds `pid_max`,
-/// reaps, and exits when the command exits, which makes the kernel kill every process left in
-/// the namespace) → `command` (drops capabilities, Landlock, seccomp, `execve`). Both children
-/// die with their parent (`PR_SET_PDEATHSIG`), so killing `outer` kills the whole tree.
+/// forks the command, then hardens itself and executes the reaper ([`become_reaper`]), which
+/// reaps and exits when the command exits, making the kernel kill every process left in the
+/// namespace) → `command` (drops capabilities, Landlock, seccomp, waits for PID 1's exec,
+/// `execve`). Both children die with their parent (`PR_SET_PDEATHSIG`, kept across the
+/// reaper's exec), so killing `outer` kills the whole tree.
 pub fn spawn_native(plan: &NativePlan) -> io::Result<libc::pid_t> {
+    // PID 1 executes this binary and relies on its reaper hook: keep the hook linked.
+    std::hint::black_box(&REAPER_HOOK);
     // SAFETY: fork from a possibly multi-threaded process. The child runs `outer_main`, which
     // only makes async-signal-safe system calls on memory prepared before the fork (the plan
     // is borrowed, never mutated, and nothing is allocated or freed), and never returns.
@@ -1006,15 +1043,6 @@ fn close_from(first: u32) {
     unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
 }
 
-fn close_all_but(keep: RawFd) {
-    let keep = keep as u32;
-    if keep > 3 {
-        // SAFETY: close_range with integer arguments.
-        unsafe { libc::syscall(libc::SYS_close_range, 3u32, keep - 1, 0u32) };
-    }
-    close_from(keep + 1);
-}
-
 fn init_main(plan: &NativePlan) -> ! {
     let rep = plan.report_fd;
     // SAFETY: prctl with integer arguments. The death signal reaches PID 1 because it comes
@@ -1038,15 +1066,219 @@ fn init_main(plan: &NativePlan) -> ! {
         // SAFETY: ends the child.
         unsafe { libc::_exit(SETUP_FAILED_EXIT) }
     }
+    // The command waits for the end of this pipe before it executes its program. PID 1's
+    // write end is close-on-exec: it closes when PID 1 has executed the reaper (or has died),
+    // so the program never runs beside a PID 1 that still holds a copy of the supervisor.
+    let mut sync = [-1 as libc::c_int; 2];
+    // SAFETY: `sync` is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(sync.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        fail(rep, Stage::Pid1Sync as u32);
+    }
     // SAFETY: fork from the single-threaded init; the child never returns.
     let cmd = unsafe { libc::fork() };
     if cmd < 0 {
         fail(rep, Stage::ForkCommand as u32);
     }
     if cmd == 0 {
-        command_main(plan)
+        // SAFETY: the command keeps only the read end.
+        unsafe { libc::close(sync[1]) };
+        command_main(plan, sync[0])
     }
-    close_all_but(rep);
+    // SAFETY: PID 1 keeps only the write end (close-on-exec).
+    unsafe { libc::close(sync[0]) };
+    let (stage, e) = become_reaper(plan, cmd);
+    report(rep, stage as u32, e);
+    // The command must not run under a PID 1 that failed to harden: it is still waiting on
+    // the pipe, which closes only when this process is gone.
+    // SAFETY: kill with integer arguments, on our own child.
+    unsafe { libc::kill(cmd, libc::SIGKILL) };
+    // SAFETY: ends init; the kernel kills whatever is left of the namespace.
+    unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+}
+
+/// Format `value` in decimal, NUL-terminated, at the end of `buf`; returns where it starts.
+/// No allocation: used after fork.
+fn decimal(value: u32, buf: &mut [u8; 12]) -> *const libc::c_char {
+    let mut at = buf.len() - 1;
+    buf[at] = 0;
+    let mut v = value;
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    buf[at..].as_ptr().cast()
+}
+
+/// PID 1, once the command is forked: give up everything it inherited from the supervisor,
+/// then execute the supervisor's binary as the reaper ([`REAPER_ARGV0`], handled by
+/// [`reaper_hook`]). Returns only on failure, with the stage and errno.
+///
+/// Until here PID 1 is a fork of the supervisor: a copy of its whole memory (the user's
+/// environment, the policy, whatever the allocator freed but did not clear, other threads'
+/// stacks), all capabilities in the sandbox's user namespace, no seccomp, no no-new-privs.
+/// In a forked child of a multi-threaded process the heap cannot be walked or scrubbed
+/// (another thread may have held the allocator's lock at the fork, and freed blocks keep their
+/// bytes), so the only sound scrub is `execve`: it replaces the whole address space. Before
+/// it, with calls that are async-signal-safe and touch only the plan and the stack:
+///
+/// - stdio becomes `/dev/null` (PID 1 writes nothing to the command's streams or terminal);
+/// - every descriptor above 2 but the report pipe is marked close-on-exec;
+/// - `PR_SET_NO_NEW_PRIVS`, every capability dropped as for the command (bounding, ambient,
+///   effective, permitted, inheritable; securebits locked);
+/// - the command's seccomp program: the reaper needs nothing it refuses (checked by
+///   `seccomp::tests::pid1_reaper_calls_are_allowed`);
+/// - `execveat` of the supervisor's own executable with an empty environment.
+fn become_reaper(plan: &NativePlan, cmd: libc::pid_t) -> (Stage, i32) {
+    let rep = plan.report_fd;
+    // SAFETY: a constant path; the descriptor is closed below.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if null < 0 {
+        return (Stage::Pid1Stdio, errno());
+    }
+    for target in 0..3 {
+        // SAFETY: dup2 on integer descriptors (the copies are not close-on-exec).
+        if unsafe { libc::dup2(null, target) } < 0 {
+            return (Stage::Pid1Stdio, errno());
+        }
+    }
+    // SAFETY: closing the descriptor opened above (it is above 2: stdio was open).
+    unsafe { libc::close(null) };
+    // Every descriptor above 2 closes at exec (the executable's handle is used by the exec
+    // itself, the sync pipe's end must close then), except the report pipe.
+    // SAFETY: close_range and fcntl with integer arguments.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
+        if libc::fcntl(rep, libc::F_SETFD, 0) != 0 {
+            return (Stage::Pid1Stdio, errno());
+        }
+    }
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return (Stage::Pid1NoNewPrivs, errno());
+    }
+    if let Err(e) = drop_capabilities(plan.cap_last_cap) {
+        return (Stage::Pid1DropCaps, e);
+    }
+    if let Err(e) = install_seccomp(&plan.seccomp) {
+        return (Stage::Pid1Seccomp, e);
+    }
+    let mut pid_buf = [0u8; 12];
+    let mut fd_buf = [0u8; 12];
+    let argv = [
+        REAPER_ARGV0.as_ptr(),
+        decimal(cmd as u32, &mut pid_buf),
+        decimal(rep as u32, &mut fd_buf),
+        std::ptr::null(),
+    ];
+    let envp = [std::ptr::null::<libc::c_char>()];
+    // SAFETY: argv and envp are NULL-terminated arrays of NUL-terminated strings on this
+    // stack (or static); the empty path with AT_EMPTY_PATH executes the handle itself.
+    unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            plan.reaper_exe,
+            c"".as_ptr(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    (Stage::Pid1Exec, errno())
+}
+
+/// The reaper: every binary that links this library (`garuda`, but also a test or a bench
+/// that runs the landlock executor in-process) starts with [`reaper_hook`], through the ELF
+/// `.init_array`, before the Rust runtime and `main`. [`spawn_native`] refers to this static,
+/// so the linker keeps it wherever the executor is linked.
+// SAFETY: `.init_array` holds `extern "C"` functions that the C runtime calls once at start;
+// `reaper_hook` has that type and returns normally when the process is not the reaper.
+#[used]
+#[link_section = ".init_array"]
+static REAPER_HOOK: extern "C" fn() = reaper_hook;
+
+/// Runs before `main` in every process of a binary that links this library, so it does almost
+/// nothing: unless this process is PID 1 of its namespace it returns after one `getpid`. The
+/// landlock executor's PID 1 executes the supervisor's own file with
+/// `argv = [REAPER_ARGV0, command pid, report fd]` (see [`become_reaper`]); that process reads
+/// its command line from `/proc/self/cmdline` (the C runtime's way of passing `argv` to these
+/// functions is not portable), reaps ([`pid1_reap`]) and exits without ever reaching the Rust
+/// runtime or `main`. Any other PID 1 (garuda as a container's init) returns and runs as usual.
+extern "C" fn reaper_hook() {
+    // SAFETY: getpid cannot fail.
+    if unsafe { libc::getpid() } != 1 {
+        return;
+    }
+    let mut buf = [0u8; 128];
+    let Some(len) = read_small_file(c"/proc/self/cmdline", &mut buf) else {
+        return;
+    };
+    let mut args = buf[..len].split(|b| *b == 0);
+    if args.next() != Some(REAPER_ARGV0.to_bytes()) {
+        return;
+    }
+    let mut number = || -> Option<i32> {
+        let digits = args.next()?;
+        if digits.is_empty() || digits.len() > 9 {
+            return None;
+        }
+        digits.iter().try_fold(0i32, |n, d| {
+            d.is_ascii_digit().then(|| n * 10 + i32::from(d - b'0'))
+        })
+    };
+    let (Some(cmd), Some(report_fd)) = (number(), number()) else {
+        return;
+    };
+    let code = pid1_reap(cmd, report_fd);
+    // SAFETY: ends PID 1 here, before the Rust runtime starts; the kernel then kills whatever
+    // is left in the namespace.
+    unsafe { libc::_exit(code) }
+}
+
+/// Read up to `buf.len()` bytes of `path` with plain system calls (usable before the Rust
+/// runtime starts); `None` if it cannot be opened or read, or does not fit.
+fn read_small_file(path: &CStr, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: a valid NUL-terminated path; flags are constants.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let mut len = 0;
+    let result = loop {
+        let Some(rest) = buf.get_mut(len..) else {
+            break None;
+        };
+        if rest.is_empty() {
+            break None; // does not fit: not the reaper's short command line
+        }
+        // SAFETY: `rest` is a valid writable buffer of the given length.
+        let n = unsafe { libc::read(fd, rest.as_mut_ptr().cast(), rest.len()) };
+        match n {
+            0 => break Some(len),
+            n if n > 0 => len += n as usize,
+            _ if errno() == libc::EINTR => {}
+            _ => break None,
+        }
+    };
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(fd) };
+    result
+}
+
+/// The reaper of the landlock executor's PID 1 (see [`reaper_hook`]): reap every child until
+/// `cmd` exits, report a death by signal on `report_fd`, and return the exit code for PID 1
+/// (the command's, or 128 + N). Only system calls on the stack: it runs before the Rust
+/// runtime. PID 1 installed no signal handler (the exec reset them, and the runtime that would
+/// install its own never starts), so no signal sent from inside the namespace reaches it.
+fn pid1_reap(cmd: libc::pid_t, report_fd: RawFd) -> i32 {
     let mut status = 0;
     loop {
         // SAFETY: `status` is a valid int for waitpid to fill.
@@ -1055,19 +1287,14 @@ fn init_main(plan: &NativePlan) -> ! {
             break;
         }
         if r < 0 && errno() != libc::EINTR {
-            // SAFETY: ends init; the kernel kills the namespace.
-            unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+            return SETUP_FAILED_EXIT;
         }
     }
     match decode_status(status) {
-        RawExit::Code(c) => {
-            // SAFETY: ends init; every other process in the namespace is killed by the kernel.
-            unsafe { libc::_exit(c) }
-        }
+        RawExit::Code(c) => c,
         RawExit::Signal(s) => {
-            report(rep, Stage::Signaled as u32, s);
-            // SAFETY: as above.
-            unsafe { libc::_exit(128 + s) }
+            report(report_fd, Stage::Signaled as u32, s);
+            128 + s
         }
     }
 }
@@ -1131,7 +1358,32 @@ fn drop_capabilities(cap_last_cap: u32) -> Result<(), i32> {
     Ok(())
 }
 
-fn command_main(plan: &NativePlan) -> ! {
+fn install_seccomp(program: &[sock_filter]) -> Result<(), i32> {
+    #[repr(C)]
+    struct SockFprog {
+        len: libc::c_ushort,
+        filter: *const sock_filter,
+    }
+    let prog = SockFprog {
+        len: program.len() as libc::c_ushort,
+        filter: program.as_ptr(),
+    };
+    // SAFETY: `prog` points at the plan's filter, which outlives the call.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0u32,
+            &prog as *const SockFprog,
+        )
+    } != 0
+    {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+fn command_main(plan: &NativePlan, sync: RawFd) -> ! {
     let rep = plan.report_fd;
     // SAFETY: prctl with integer arguments; the command dies if init dies.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
@@ -1181,27 +1433,23 @@ fn command_main(plan: &NativePlan) -> ! {
             libc::CLOSE_RANGE_CLOEXEC,
         )
     };
-    #[repr(C)]
-    struct SockFprog {
-        len: libc::c_ushort,
-        filter: *const sock_filter,
+    // The filter is the last step before execve and allows execve.
+    if let Err(e) = install_seccomp(&plan.seccomp) {
+        report(rep, Stage::Seccomp as u32, e);
+        // SAFETY: ends the child.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
     }
-    let prog = SockFprog {
-        len: plan.seccomp.len() as libc::c_ushort,
-        filter: plan.seccomp.as_ptr(),
-    };
-    // SAFETY: `prog` points at the plan's filter, which outlives the call. The filter is the
-    // last step before execve and allows execve.
-    if unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            0u32,
-            &prog as *const SockFprog,
-        )
-    } != 0
-    {
-        fail(rep, Stage::Seccomp as u32);
+    // Wait until PID 1 has executed the reaper: its end of the pipe closes then.
+    let mut byte = [0u8; 1];
+    loop {
+        // SAFETY: `byte` is a valid one-byte buffer; `sync` is our end of the pipe.
+        let n = unsafe { libc::read(sync, byte.as_mut_ptr().cast(), 1) };
+        if n == 0 {
+            break;
+        }
+        if n < 0 && errno() != libc::EINTR {
+            fail(rep, Stage::Pid1Sync as u32);
+        }
     }
     // SAFETY: program, argv and envp are NUL-terminated strings and NULL-terminated pointer
     // arrays owned by the plan.

@@ -1,5 +1,6 @@
 //! The native `landlock` executor: namespaces, mounts, Landlock and seccomp, with no helper
-//! program and no extra `exec`.
+//! program (the sandbox's PID 1 executes the supervisor's own file once, to shed its copy of
+//! the supervisor: see `sys::become_reaper`).
 //!
 //! The parent prepares a [`sys::NativePlan`] (every string, the mount steps, the Landlock
 //! ruleset, the seccomp program) and forks once; see [`sys::spawn_native`] for the process
@@ -456,7 +457,7 @@ fn cap_last_cap() -> u32 {
 }
 
 fn stage_name(code: u32, mount_names: &[String]) -> String {
-    const NAMES: [(Stage, &str); 21] = [
+    const NAMES: [(Stage, &str); 27] = [
         (
             Stage::LandlockRule,
             "landlock_add_rule for the private /tmp or /dev",
@@ -487,6 +488,15 @@ fn stage_name(code: u32, mount_names: &[String]) -> String {
         (Stage::Exec, "execve"),
         (Stage::Signaled, "signaled"),
         (Stage::Signals, "reset signals"),
+        (
+            Stage::Pid1Sync,
+            "PID 1: the pipe that holds the command back",
+        ),
+        (Stage::Pid1Stdio, "PID 1: stdio to /dev/null"),
+        (Stage::Pid1NoNewPrivs, "PID 1: PR_SET_NO_NEW_PRIVS"),
+        (Stage::Pid1DropCaps, "PID 1: drop capabilities"),
+        (Stage::Pid1Seccomp, "PID 1: install seccomp filter"),
+        (Stage::Pid1Exec, "PID 1: execute the reaper"),
     ];
     if code >= Stage::MountBase as u32 {
         let i = (code - Stage::MountBase as u32) as usize;
@@ -553,6 +563,9 @@ impl Executor for LandlockExecutor {
             stage: "seccomp program".into(),
             error: std::io::Error::other(e.to_string()),
         })?;
+        // PID 1 executes this file to become the reaper (see `sys::become_reaper`).
+        let reaper_exe =
+            sys::open_own_executable().map_err(setup_err("open the supervisor's executable"))?;
         let (report_read, report_write) = sys::pipe().map_err(setup_err("report pipe"))?;
         let (stdin_fd, out_pipe, err_pipe) = match stdio {
             StdioMode::Inherit => (None, None, None),
@@ -582,12 +595,16 @@ impl Executor for LandlockExecutor {
                     channel: theirs.as_raw_fd(),
                 });
         // Held handles go above every descriptor the child must keep.
-        let first_slot = [report_write.as_raw_fd(), ruleset.as_raw_fd()]
-            .into_iter()
-            .chain(bridge_plan.map(|b| b.channel))
-            .chain(stdio_fds)
-            .max()
-            .unwrap_or(2)
+        let first_slot = [
+            report_write.as_raw_fd(),
+            ruleset.as_raw_fd(),
+            reaper_exe.as_raw_fd(),
+        ]
+        .into_iter()
+        .chain(bridge_plan.map(|b| b.channel))
+        .chain(stdio_fds)
+        .max()
+        .unwrap_or(2)
             + 1;
         let (mounts, mount_names) = build_mounts(policy, first_slot)?;
         let mut argv: Vec<*const libc::c_char> = argv_storage.iter().map(|c| c.as_ptr()).collect();
@@ -628,6 +645,7 @@ impl Executor for LandlockExecutor {
             parent_pid: sys::current_pid(),
             report_fd: report_write.as_raw_fd(),
             bridge: bridge_plan,
+            reaper_exe: reaper_exe.as_raw_fd(),
         };
         let start = Instant::now();
         let pid = sys::spawn_native(&plan).map_err(setup_err("fork"))?;
@@ -635,6 +653,7 @@ impl Executor for LandlockExecutor {
         drop(report_write);
         drop(stdin_fd);
         drop(ruleset);
+        drop(reaper_exe);
         let cap = policy.limits.output_cap;
         let out = out_pipe.map(|(r, w)| {
             drop(w);

@@ -406,6 +406,177 @@ mod tests {
         assert_eq!(program_bytes(&p).len(), p.len() * 8);
     }
 
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
+    const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+    const AUDIT_ARCH_AARCH64: u32 = 183 | 0x8000_0000 | 0x4000_0000;
+    const AUDIT_ARCH_I386: u32 = 3 | 0x4000_0000;
+
+    fn native_arch() -> u32 {
+        if cfg!(target_arch = "x86_64") {
+            AUDIT_ARCH_X86_64
+        } else {
+            AUDIT_ARCH_AARCH64
+        }
+    }
+
+    /// Runs the program as the kernel would on one `struct seccomp_data` and returns the
+    /// action. A classic-BPF interpreter for exactly the instructions the program uses (loads
+    /// of the data, AND, the conditional jumps, return); any other instruction fails the test.
+    fn run(program: &[sock_filter], nr: i64, arch: u32, args: [u64; 6]) -> u32 {
+        let mut data = [0u8; 64];
+        data[0..4].copy_from_slice(&(nr as i32).to_ne_bytes());
+        data[4..8].copy_from_slice(&arch.to_ne_bytes());
+        for (i, a) in args.iter().enumerate() {
+            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_ne_bytes());
+        }
+        let mut acc: u32 = 0;
+        let mut pc = 0usize;
+        loop {
+            let ins = &program[pc];
+            pc += 1;
+            let k = ins.k;
+            let jump = |taken: bool| usize::from(if taken { ins.jt } else { ins.jf });
+            match ins.code {
+                0x20 => {
+                    let at = k as usize;
+                    acc = u32::from_ne_bytes(data[at..at + 4].try_into().unwrap());
+                }
+                0x54 => acc &= k,
+                0x05 => pc += k as usize,
+                0x15 => pc += jump(acc == k),
+                0x25 => pc += jump(acc > k),
+                0x35 => pc += jump(acc >= k),
+                0x45 => pc += jump(acc & k != 0),
+                0x06 => return k,
+                other => panic!("instruction {other:#x} at {} is not interpreted", pc - 1),
+            }
+        }
+    }
+
+    fn errno(e: i32) -> u32 {
+        SECCOMP_RET_ERRNO | e as u32
+    }
+
+    /// Every rule of the table, every value of its condition and an allowed value next to it,
+    /// the prologue and the architecture check, through the program as built.
+    #[test]
+    fn every_rule_in_the_interpreter() {
+        let p = program().unwrap();
+        let arch = native_arch();
+        let eperm = errno(libc::EPERM);
+        let with = |i: u8, v: u64| {
+            let mut a = [0u64; 6];
+            a[usize::from(i)] = v;
+            a
+        };
+        for d in DENIED {
+            let name = d.name;
+            match d.when {
+                When::Always => {
+                    for args in [[0; 6], [u64::MAX; 6]] {
+                        assert_eq!(run(&p, d.nr, arch, args), eperm, "{name}");
+                    }
+                }
+                When::ArgEq(i, values) => {
+                    for v in values {
+                        assert_eq!(run(&p, d.nr, arch, with(i, *v)), eperm, "{name} {v:#x}");
+                        // The kernel reads these as 32 bits; so does the filter.
+                        let high = with(i, v | 1 << 32);
+                        assert_eq!(run(&p, d.nr, arch, high), eperm, "{name} {v:#x} high");
+                    }
+                    assert_eq!(
+                        run(&p, d.nr, arch, with(i, values[0] + 1)),
+                        SECCOMP_RET_ALLOW,
+                        "{name}"
+                    );
+                }
+                When::ArgHasAnyBit(i, bits) => {
+                    for b in bits {
+                        let args = with(i, b | libc::SIGCHLD as u64);
+                        assert_eq!(run(&p, d.nr, arch, args), eperm, "{name} {b:#x}");
+                    }
+                    let none = with(i, libc::SIGCHLD as u64 | libc::CLONE_VM as u64);
+                    assert_eq!(run(&p, d.nr, arch, none), SECCOMP_RET_ALLOW, "{name}");
+                }
+                When::ArgNotIn(i, values) => {
+                    for v in values {
+                        assert_eq!(
+                            run(&p, d.nr, arch, with(i, *v)),
+                            SECCOMP_RET_ALLOW,
+                            "{name} {v}"
+                        );
+                    }
+                    for v in [
+                        0,
+                        libc::AF_NETLINK as u64,
+                        libc::AF_VSOCK as u64,
+                        0xffff_ffff,
+                    ] {
+                        assert_eq!(run(&p, d.nr, arch, with(i, v)), eperm, "{name} {v}");
+                    }
+                }
+            }
+        }
+        // The prologue: any x32 number, and clone3 whatever its arguments.
+        for nr in [libc::SYS_getpid, libc::SYS_ptrace, 521, 0x3fff_ffff] {
+            let x32 = 0x4000_0000 | nr;
+            assert_eq!(run(&p, x32, arch, [0; 6]), errno(libc::ENOSYS), "{x32:#x}");
+        }
+        assert_eq!(run(&p, libc::SYS_clone3, arch, [0; 6]), errno(libc::ENOSYS));
+        // A foreign architecture kills the process.
+        assert_eq!(
+            run(&p, libc::SYS_getpid, AUDIT_ARCH_I386, [0; 6]),
+            SECCOMP_RET_KILL_PROCESS
+        );
+    }
+
+    /// What the landlock executor's PID 1 does after it installs the program, all let
+    /// through, so the program needs no exception there: execute the supervisor's file, the
+    /// dynamic loader's start-up, the reaper hook (`getpid`, open and read
+    /// `/proc/self/cmdline`), wait, write its report, exit; and the calls a signal-handling
+    /// reaper would make.
+    #[test]
+    fn pid1_reaper_calls_are_allowed() {
+        let p = program().unwrap();
+        for nr in [
+            libc::SYS_execveat,
+            libc::SYS_execve,
+            libc::SYS_set_tid_address,
+            libc::SYS_set_robust_list,
+            libc::SYS_rseq,
+            libc::SYS_prlimit64,
+            libc::SYS_getrandom,
+            libc::SYS_pread64,
+            libc::SYS_newfstatat,
+            libc::SYS_wait4,
+            libc::SYS_waitid,
+            libc::SYS_write,
+            libc::SYS_read,
+            libc::SYS_close,
+            libc::SYS_exit_group,
+            libc::SYS_rt_sigaction,
+            libc::SYS_rt_sigprocmask,
+            libc::SYS_sigaltstack,
+            libc::SYS_mmap,
+            libc::SYS_munmap,
+            libc::SYS_mprotect,
+            libc::SYS_brk,
+            libc::SYS_openat,
+            libc::SYS_fcntl,
+            libc::SYS_getpid,
+            libc::SYS_prctl,
+            libc::SYS_kill,
+            libc::SYS_ppoll,
+        ] {
+            assert_eq!(
+                run(&p, nr, native_arch(), [0; 6]),
+                SECCOMP_RET_ALLOW,
+                "{nr}"
+            );
+        }
+    }
+
     #[test]
     fn issue_minimum_is_listed() {
         for name in [

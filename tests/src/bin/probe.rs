@@ -57,6 +57,14 @@ const ERRNO_NAMES: &[(i32, &str)] = &[
     (libc::ENODATA, "ENODATA"),
     (libc::ENOTSOCK, "ENOTSOCK"),
     (libc::ENAMETOOLONG, "ENAMETOOLONG"),
+    (libc::ENOEXEC, "ENOEXEC"),
+    (libc::EOVERFLOW, "EOVERFLOW"),
+    (libc::EPROTONOSUPPORT, "EPROTONOSUPPORT"),
+    (libc::ESOCKTNOSUPPORT, "ESOCKTNOSUPPORT"),
+    (libc::EPROTOTYPE, "EPROTOTYPE"),
+    (libc::ENOKEY, "ENOKEY"),
+    (libc::ENOTBLK, "ENOTBLK"),
+    (libc::ENOPKG, "ENOPKG"),
 ];
 
 fn errno_name(e: i32) -> String {
@@ -310,6 +318,347 @@ fn swap_loop(a: &CString, b: &CString, stop: &CString) -> String {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// `syscall`: raw system calls with integer arguments, for the seccomp rule-by-rule suite.
+
+/// Size of the scratch buffer an argument `buf` points at (zeroed for every call).
+const SCRATCH: usize = 4096;
+
+/// One argument of a spec: an integer (decimal, possibly negative, or `0x` hex: the raw 64
+/// bits), or `buf`, a pointer to a fresh zeroed, writable buffer of [`SCRATCH`] bytes.
+enum Arg {
+    Int(u64),
+    Buf,
+}
+
+fn parse_int(s: &str) -> Result<u64, String> {
+    let parsed = if let Some(hex) = s.strip_prefix("0x") {
+        u64::from_str_radix(hex, 16).ok()
+    } else if let Some(neg) = s.strip_prefix('-') {
+        neg.parse::<i64>().ok().map(|v| v.wrapping_neg() as u64)
+    } else {
+        s.parse::<u64>().ok()
+    };
+    parsed.ok_or_else(|| format!("not an integer: {s:?}"))
+}
+
+/// `NR[,ARG...]`, at most six arguments.
+fn parse_spec(spec: &str) -> Result<(i64, Vec<Arg>), String> {
+    let mut parts = spec.split(',');
+    let nr = parse_int(parts.next().unwrap_or_default())? as i64;
+    let args = parts
+        .map(|a| {
+            if a == "buf" {
+                Ok(Arg::Buf)
+            } else {
+                parse_int(a).map(Arg::Int)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if args.len() > 6 {
+        return Err(format!("{spec}: more than six arguments"));
+    }
+    Ok((nr, args))
+}
+
+/// Issue one raw system call. A call that makes a process (`clone`, `clone3`) is handled so
+/// that the child exits at once and is reaped; a non-negative result above 2 of any other call
+/// is closed, in case it is a descriptor (the specs are chosen so that nothing succeeds, but a
+/// kernel that surprises us must not leave a socket or a mount context open).
+fn raw_syscall(nr: i64, args: &[Arg]) -> Result<String, String> {
+    let makes_process = nr == libc::SYS_clone || nr == libc::SYS_clone3;
+    let mut buffers: Vec<Vec<u8>> = Vec::new();
+    let mut words = [0u64; 6];
+    for (i, a) in args.iter().enumerate() {
+        words[i] = match a {
+            Arg::Int(v) => *v,
+            Arg::Buf => {
+                buffers.push(vec![0u8; SCRATCH]);
+                buffers.last().map_or(0, |b| b.as_ptr() as u64)
+            }
+        };
+    }
+    if nr == libc::SYS_clone && words[0] & libc::CLONE_VM as u64 != 0 {
+        // A child sharing our memory and stack would corrupt the probe.
+        return Err("clone with CLONE_VM is not allowed in a spec".into());
+    }
+    // SAFETY: the kernel validates every argument; pointers are either the scratch buffers,
+    // alive until after the call, or integers the test chose so that the kernel rejects them
+    // (NULL, 1, -1) without writing anywhere but the scratch buffers.
+    let ret = unsafe {
+        libc::syscall(
+            nr, words[0], words[1], words[2], words[3], words[4], words[5],
+        )
+    };
+    if makes_process && ret == 0 {
+        // SAFETY: in the new child (no CLONE_VM): leave at once without running anything.
+        unsafe { libc::_exit(0) };
+    }
+    let line = outcome(ret);
+    if makes_process && ret > 0 {
+        // SAFETY: waitpid on our own child; __WALL also finds a child with no exit signal.
+        unsafe { libc::waitpid(ret as libc::pid_t, std::ptr::null_mut(), libc::__WALL) };
+    } else if ret > 2 {
+        close(ret);
+    }
+    drop(buffers);
+    Ok(line)
+}
+
+/// Enter a new user and mount namespace: the probe then holds `CAP_SYS_ADMIN` over a mount
+/// namespace of its own, so the kernel's mount-API privilege checks pass and its answer to the
+/// arguments shows (used for the host's control run by a non-root user).
+fn own_userns() -> String {
+    // SAFETY: unshare takes flags only.
+    outcome(libc::c_long::from(unsafe {
+        libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS)
+    }))
+}
+
+/// Install the seccomp program in `path` (raw `struct sock_filter[]`, as bubblewrap reads it)
+/// on this process, after `PR_SET_NO_NEW_PRIVS`.
+fn install_filter(path: &OsString) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("reading {path:?}: {e}"))?;
+    if bytes.is_empty() || bytes.len() % 8 != 0 {
+        return Err(format!("{path:?} is not a BPF program"));
+    }
+    let program: Vec<libc::sock_filter> = bytes
+        .chunks_exact(8)
+        .map(|c| libc::sock_filter {
+            code: u16::from_ne_bytes([c[0], c[1]]),
+            jt: c[2],
+            jf: c[3],
+            k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect();
+    let prog = libc::sock_fprog {
+        len: u16::try_from(program.len()).map_err(|_| "program too long".to_string())?,
+        filter: program.as_ptr().cast_mut(),
+    };
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Ok(outcome(-1));
+    }
+    // SAFETY: `prog` points at `program`, which outlives the call.
+    Ok(outcome(unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0u32,
+            &prog as *const libc::sock_fprog,
+        )
+    }))
+}
+
+/// `syscall [--userns] [--filter FILE] SPEC...`: one line per setup step and per call,
+/// `SPEC ok` or `SPEC errno=NAME`, in order.
+fn syscalls(args: &[OsString]) -> Result<String, String> {
+    let mut lines = Vec::new();
+    let mut rest = args;
+    loop {
+        match rest.first().and_then(|a| a.to_str()) {
+            Some("--userns") => {
+                lines.push(format!("userns {}", own_userns()));
+                rest = &rest[1..];
+            }
+            Some("--filter") => {
+                let path = rest.get(1).ok_or("--filter needs a FILE")?;
+                lines.push(format!("filter {}", install_filter(path)?));
+                rest = &rest[2..];
+            }
+            _ => break,
+        }
+    }
+    if rest.is_empty() {
+        return Err("syscall: no SPEC".into());
+    }
+    for spec in rest {
+        let spec = spec.to_str().ok_or("a SPEC is not UTF-8")?;
+        let (nr, call_args) = parse_spec(spec)?;
+        lines.push(format!("{spec} {}", raw_syscall(nr, &call_args)?));
+    }
+    Ok(lines.join("\n"))
+}
+
+/// `getpid` through the i386 entry (`int 0x80`): a foreign architecture for the filter, which
+/// kills the process; on the host it answers `ok` (or `ENOSYS` without IA-32 emulation).
+#[cfg(target_arch = "x86_64")]
+fn i386_getpid() -> String {
+    let mut eax: i64 = 20; // __NR_getpid on i386
+                           // SAFETY: `int 0x80` with eax = getpid reads no memory; the registers the compat entry
+                           // may clobber are declared.
+    unsafe {
+        std::arch::asm!(
+            "int 0x80",
+            inlateout("rax") eax,
+            out("r8") _, out("r9") _, out("r10") _, out("r11") _,
+            options(nostack)
+        );
+    }
+    let ret = eax as i32;
+    if ret < 0 {
+        format!("errno={}", errno_name(-ret))
+    } else {
+        "ok".to_string()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `pid1`: what the command can learn about, and do to, the sandbox's PID 1.
+
+/// Fields of `/proc/PID/status`, as `Name=value` words.
+fn status_of(pid: &str, fields: &[&str]) -> Result<String, String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("reading /proc/{pid}/status: {e}"))?;
+    Ok(fields
+        .iter()
+        .map(|name| {
+            let value = text
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map_or("missing", str::trim);
+            format!("{name}={value}")
+        })
+        .collect::<Vec<_>>()
+        .join(" "))
+}
+
+fn io_errno(e: &std::io::Error) -> String {
+    format!(
+        "errno={}",
+        errno_name(e.raw_os_error().unwrap_or(libc::EIO))
+    )
+}
+
+/// Whether `needle` occurs in the memory of `pid` that the process itself made: writable
+/// mappings, anonymous ones, the heap and the stack (a file's read-only mapping holds the
+/// file, which cannot contain a value made up for one run). `Err` is the errno of opening
+/// `/proc/PID/maps` or `/proc/PID/mem`.
+fn memory_holds(pid: &str, needle: &[u8]) -> Result<bool, String> {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| io_errno(&e))?;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| io_errno(&e))?;
+    for line in maps.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(range), Some(perms)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let path = words.nth(3).unwrap_or("");
+        let ours = perms.contains('w') || path.is_empty() || path.starts_with('[');
+        if !perms.starts_with('r') || !ours || path.starts_with("[v") {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
+        else {
+            continue;
+        };
+        let mut region = vec![0u8; usize::try_from(end - start).unwrap_or(0)];
+        // A region that went away or cannot be read holds nothing we can see.
+        if mem.read_exact_at(&mut region, start).is_err() {
+            continue;
+        }
+        if region.windows(needle.len()).any(|w| w == needle) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// `pid1 HEX [--wait]`: PID 1's credentials, whether its environment and memory can be read
+/// (and hold the canary, given hex-encoded so that its bytes are in no command line), whether
+/// a signal or ptrace reaches it, each next to the same attempt on a process the command owns
+/// (the control: the call works where nothing stands in the way). With `--wait`, blocks until
+/// stdin ends, so that the test can look at the sandbox from outside meanwhile.
+fn pid1(canary_hex: &OsString, wait: bool) -> Result<String, String> {
+    let hex = canary_hex.to_str().unwrap_or_default();
+    let needle: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        })
+        .collect::<Option<_>>()
+        .filter(|n: &Vec<u8>| !n.is_empty())
+        .ok_or("pid1: the canary must be non-empty hex")?;
+    let needle = needle.as_slice();
+    let mut lines = vec![format!(
+        "status {}",
+        status_of(
+            "1",
+            &[
+                "NoNewPrivs",
+                "Seccomp",
+                "CapInh",
+                "CapPrm",
+                "CapEff",
+                "CapBnd",
+                "CapAmb"
+            ]
+        )?
+    )];
+    for (what, pid) in [("pid1", "1"), ("self", "self")] {
+        let environ = match std::fs::read(format!("/proc/{pid}/environ")) {
+            Ok(env) => format!(
+                "ok canary={}",
+                if env.windows(needle.len()).any(|w| w == needle) {
+                    "present"
+                } else {
+                    "absent"
+                }
+            ),
+            Err(e) => io_errno(&e),
+        };
+        lines.push(format!("environ-{what} {environ}"));
+        let mem = match memory_holds(pid, needle) {
+            Ok(true) => "ok canary=present".to_string(),
+            Ok(false) => "ok canary=absent".to_string(),
+            Err(e) => e,
+        };
+        lines.push(format!("mem-{what} {mem}"));
+    }
+    // SAFETY: kill with integer arguments.
+    let killed = unsafe { libc::kill(1, libc::SIGKILL) };
+    lines.push(format!("kill-pid1 {}", outcome(libc::c_long::from(killed))));
+    // SAFETY: ptrace with integer arguments (SEIZE does not stop the target).
+    let traced = unsafe { libc::ptrace(libc::PTRACE_SEIZE, 1, 0usize, 0usize) };
+    lines.push(format!("ptrace-pid1 {}", outcome(traced)));
+    // The control for the signal: a child of our own.
+    // SAFETY: the child only calls async-signal-safe functions (pause, _exit).
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: as above; the child waits for the signal.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            loop {
+                libc::pause();
+            }
+        }
+    }
+    if child < 0 {
+        return Err(format!("fork: {}", errno_name(last_errno())));
+    }
+    // SAFETY: kill and waitpid on our own child.
+    let killed = unsafe { libc::kill(child, libc::SIGKILL) };
+    lines.push(format!(
+        "kill-child {}",
+        outcome(libc::c_long::from(killed))
+    ));
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
+    if wait {
+        println!("{}", lines.join("\n"));
+        lines.clear();
+        let _ = std::io::stdout().flush();
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+    }
+    // PID 1 still runs: had a signal killed it, the kernel would have killed this probe too.
+    lines.push(format!("after {}", status_of("1", &["State"])?));
+    Ok(lines.join("\n"))
+}
+
 fn number<T: std::str::FromStr>(arg: &OsString) -> Result<T, String> {
     arg.to_str()
         .and_then(|s| s.parse().ok())
@@ -325,7 +674,9 @@ const USAGE: &str = "usage: garuda-probe SUBCOMMAND [ARGS]
   tiocsti | ptrace-parent | ptrace-bogus | process-vm-readv | io-uring | unshare-user
   vsock | userfaultfd | perf-event-open | bpf | keyctl
   fsopen | open-tree | mount-setattr | move-mount
-  status | procs | env | forkbomb N | spam BYTES";
+  status | procs | env | forkbomb N | spam BYTES
+  syscall [--userns] [--filter FILE] NR[,ARG...]...   (ARG: integer, 0x hex, or buf)
+  i386-getpid (x86-64)          pid1 HEX [--wait]";
 
 /// Run one subcommand; `Ok(Some(line))` is printed, `Err` is bad usage.
 fn run(args: &[OsString]) -> Result<Option<String>, String> {
@@ -589,6 +940,17 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
                 .collect::<Vec<_>>()
                 .join("\n")
         }
+        "syscall" => syscalls(rest)?,
+        #[cfg(target_arch = "x86_64")]
+        "i386-getpid" => {
+            expect_args(0)?;
+            i386_getpid()
+        }
+        "pid1" => match rest {
+            [canary] => pid1(canary, false)?,
+            [canary, flag] if flag == "--wait" => pid1(canary, true)?,
+            _ => return Err("pid1: expected HEX [--wait]".into()),
+        },
         "forkbomb" => {
             expect_args(1)?;
             forkbomb(number(arg(0)?)?)

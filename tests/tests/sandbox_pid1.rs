@@ -1,0 +1,354 @@
+//! The sandbox's PID 1, seen from the command and from the host.
+//!
+//! `garuda sandbox` runs `garuda-probe pid1 HEX --wait` with a canary variable
+//! (`GARUDA_CANARY_SECRET`) in garuda's own environment, the stand-in for a token in the
+//! user's environment. The probe gets the canary hex-encoded, so the literal value is in no
+//! command line. From inside, the probe reports PID 1's credentials (`/proc/1/status`),
+//! whether it can read PID 1's environment and memory (and find the canary there), and whether
+//! a signal or `ptrace` reaches PID 1, next to the same attempts on itself and on a child of its
+//! own (the controls: the calls work where nothing stands in the way). While the probe waits,
+//! the test looks from the host at PID 1 (found by its `NSpid`) and scans its environment and
+//! memory for the canary.
+//!
+//! Negative controls, in the same run:
+//! - the garuda process itself holds the canary in its environment and memory, so the scanner
+//!   finds it where it is;
+//! - `landlock`: `outer`, the parent of PID 1 outside the PID namespace, is the fork of the
+//!   supervisor that PID 1 was a copy of before it hardened itself. It still shows what PID 1
+//!   showed before: `NoNewPrivs: 0`, `Seccomp: 0`, every capability of the sandbox's user
+//!   namespace, and the canary in its environment and memory. It is not reachable from the
+//!   sandbox (it has no pid in the sandbox's namespace).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a failed test
+
+#[allow(dead_code)] // helpers shared with the contract suite; this one uses a few
+mod util;
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::FileExt;
+use std::process::{Command, Stdio};
+
+use garuda_supervisor::executor::ExecutorKind;
+use util::{Fixture, PROBE};
+
+/// Lines the probe prints before it waits.
+const LINES_BEFORE_WAIT: usize = 8;
+
+const CANARY_VAR: &str = "GARUDA_CANARY_SECRET";
+
+const ZERO_CAPS: &str = "0000000000000000";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Field `name` of `/proc/PID/status`.
+fn status_field(pid: u32, name: &str) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("/proc/{pid}/status has no {name}"))
+}
+
+/// Every descendant of `pid` (through every thread's `children`).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for c in children.split_whitespace() {
+                let c: u32 = c.parse().unwrap();
+                out.push(c);
+                todo.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `needle` is in `pid`'s environment; `Err` is the error reading it.
+fn environ_holds(pid: u32, needle: &[u8]) -> Result<bool, std::io::Error> {
+    let env = std::fs::read(format!("/proc/{pid}/environ"))?;
+    Ok(env.windows(needle.len()).any(|w| w == needle))
+}
+
+/// Whether `needle` is in the memory `pid` made itself (writable or anonymous mappings, heap,
+/// stack); a file's read-only mapping holds the file, which cannot contain a value made up for
+/// this run.
+fn memory_holds(pid: u32, needle: &[u8]) -> Result<bool, std::io::Error> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
+    let mut scanned = 0usize;
+    for line in maps.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(range), Some(perms)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let path = words.nth(3).unwrap_or("");
+        let ours = perms.contains('w') || path.is_empty() || path.starts_with('[');
+        if !perms.starts_with('r') || !ours || path.starts_with("[v") {
+            continue;
+        }
+        let (start, end) = range.split_once('-').unwrap();
+        let start = u64::from_str_radix(start, 16).unwrap();
+        let end = u64::from_str_radix(end, 16).unwrap();
+        let mut region = vec![0u8; (end - start) as usize];
+        if mem.read_exact_at(&mut region, start).is_err() {
+            continue;
+        }
+        scanned += region.len();
+        if region.windows(needle.len()).any(|w| w == needle) {
+            return Ok(true);
+        }
+    }
+    // A scan that read nothing would prove nothing.
+    assert!(scanned > 0, "nothing of {pid}'s memory could be read");
+    Ok(false)
+}
+
+/// Run the probe in `kind` through the `garuda` binary and check PID 1 from inside and outside.
+fn check(kind: ExecutorKind) {
+    let fx = Fixture::new(&format!("pid1-{kind}"));
+    let canary = format!(
+        "garuda-canary-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let needle = canary.as_bytes();
+    let mut child = Command::new(util::garuda_bin().unwrap())
+        .args(["sandbox", "--executor", kind.name(), "--timeout"])
+        .arg(util::RUN_TIMEOUT.as_secs().to_string())
+        .arg("--project")
+        .arg(&fx.project)
+        .arg("--")
+        .args([PROBE, "pid1", &hex(needle), "--wait"])
+        .current_dir(&fx.project)
+        .env_clear()
+        .envs(fx.vars.iter().map(|(k, v)| (k, v)))
+        .env(CANARY_VAR, &canary)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let garuda = child.id();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut inside: Vec<String> = Vec::new();
+    for _ in 0..LINES_BEFORE_WAIT {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        inside.push(line.trim_end().to_string());
+    }
+    if inside.len() < LINES_BEFORE_WAIT {
+        let _ = child.kill();
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        panic!("{kind}: the probe stopped early: {inside:?}, garuda's stderr {err:?}");
+    }
+
+    // From the host, while the probe waits.
+    let tree = descendants(garuda);
+    let pid1 = *tree
+        .iter()
+        .find(|p| {
+            let nspid = status_field(**p, "NSpid");
+            let ids: Vec<&str> = nspid.split_whitespace().collect();
+            ids.len() > 1 && ids.last() == Some(&"1")
+        })
+        .unwrap_or_else(|| panic!("{kind}: no PID 1 among garuda's descendants {tree:?}"));
+    let mut failures = Vec::new();
+    let mut expect = |what: String, ok: bool| {
+        eprintln!(
+            "pid1 {kind}: {what}: {}",
+            if ok { "as expected" } else { "WRONG" }
+        );
+        if !ok {
+            failures.push(what);
+        }
+    };
+    for (field, want) in [
+        ("NoNewPrivs", "1"),
+        ("Seccomp", "2"),
+        ("CapInh", ZERO_CAPS),
+        ("CapPrm", ZERO_CAPS),
+        ("CapEff", ZERO_CAPS),
+        ("CapBnd", ZERO_CAPS),
+        ("CapAmb", ZERO_CAPS),
+    ] {
+        let got = status_field(pid1, field);
+        expect(
+            format!("host view of PID 1: {field} {got} (want {want})"),
+            got == want,
+        );
+    }
+    let env = environ_holds(pid1, needle).map_err(|e| e.to_string());
+    expect(
+        format!("host view of PID 1's environment: canary found {env:?}"),
+        env == Ok(false),
+    );
+    let mem = memory_holds(pid1, needle).map_err(|e| e.to_string());
+    expect(
+        format!("host view of PID 1's memory: canary found {mem:?}"),
+        mem == Ok(false),
+    );
+    // Controls: the supervisor itself holds the canary, and the scanner finds it there.
+    let env = environ_holds(garuda, needle).map_err(|e| e.to_string());
+    expect(
+        format!("control, garuda's environment: canary found {env:?}"),
+        env == Ok(true),
+    );
+    let mem = memory_holds(garuda, needle).map_err(|e| e.to_string());
+    expect(
+        format!("control, garuda's memory: canary found {mem:?}"),
+        mem == Ok(true),
+    );
+    if kind == ExecutorKind::Landlock {
+        // outer: PID 1's parent, the unhardened fork PID 1 was a copy of.
+        let outer: u32 = status_field(pid1, "PPid").parse().unwrap();
+        expect(
+            format!("control, outer ({outer}) is garuda's child"),
+            status_field(outer, "PPid") == garuda.to_string(),
+        );
+        for (field, unhardened) in [
+            ("NoNewPrivs", Some("0")),
+            ("Seccomp", Some("0")),
+            ("CapEff", None),
+            ("CapPrm", None),
+            ("CapBnd", None),
+        ] {
+            let got = status_field(outer, field);
+            let ok = match unhardened {
+                Some(want) => got == want,
+                None => got != ZERO_CAPS,
+            };
+            expect(format!("control, outer's {field} {got} (unhardened)"), ok);
+        }
+        let env = environ_holds(outer, needle).map_err(|e| e.to_string());
+        expect(
+            format!("control, outer's environment: canary found {env:?}"),
+            env == Ok(true),
+        );
+        let mem = memory_holds(outer, needle).map_err(|e| e.to_string());
+        expect(
+            format!("control, outer's memory: canary found {mem:?}"),
+            mem == Ok(true),
+        );
+    }
+
+    // Let the probe finish.
+    drop(child.stdin.take());
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    inside.extend(rest.lines().map(str::to_string));
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    expect(
+        format!("garuda exit {status}, stderr {err:?}"),
+        status.success(),
+    );
+
+    // From inside.
+    let zero = format!(
+        "status NoNewPrivs=1 Seccomp=2 CapInh={ZERO_CAPS} CapPrm={ZERO_CAPS} CapEff={ZERO_CAPS} \
+         CapBnd={ZERO_CAPS} CapAmb={ZERO_CAPS}"
+    );
+    let want: Vec<String> = match kind {
+        // Landlock's ptrace rule keeps a sandboxed process away from one outside its domain,
+        // and its signal scope (ABI 6, always there on Linux >= 6.14) refuses the signal.
+        ExecutorKind::Landlock => vec![
+            zero,
+            "environ-pid1 errno=EACCES".into(),
+            "mem-pid1 errno=EACCES".into(),
+            "environ-self ok canary=absent".into(),
+            // The probe decoded the canary itself: the scanner finds it where it is.
+            "mem-self ok canary=present".into(),
+            "kill-pid1 errno=EPERM".into(),
+            "ptrace-pid1 errno=EPERM".into(),
+            "kill-child ok".into(),
+            "after State=S (sleeping)".into(),
+        ],
+        // bwrap's own PID 1 has the command's credentials and was started with the command's
+        // environment only: the command may read it, and there is nothing of garuda in it.
+        // A signal from inside the namespace to its PID 1, which handles none, is dropped.
+        _ => vec![
+            zero,
+            "environ-pid1 ok canary=absent".into(),
+            "mem-pid1 ok canary=absent".into(),
+            "environ-self ok canary=absent".into(),
+            "mem-self ok canary=present".into(),
+            "kill-pid1 ok".into(),
+            "ptrace-pid1 errno=EPERM".into(),
+            "kill-child ok".into(),
+            "after State=S (sleeping)".into(),
+        ],
+    };
+    let same = inside == want;
+    expect(
+        if same {
+            format!("inside view: {}", inside.join("; "))
+        } else {
+            format!("inside view {inside:#?}, want {want:#?}")
+        },
+        same,
+    );
+    assert!(failures.is_empty(), "{kind}: {failures:#?}");
+}
+
+/// `landlock`: PID 1 has no-new-privs, the seccomp filter and no capability, and nothing of
+/// the supervisor's environment or memory; the command cannot read it or signal it.
+#[test]
+fn landlock_pid1_is_hardened_and_scrubbed() {
+    check(ExecutorKind::Landlock);
+}
+
+/// `bubblewrap`: bwrap's own PID 1, checked the same way.
+#[test]
+fn bubblewrap_pid1_is_hardened_and_scrubbed() {
+    check(ExecutorKind::Bubblewrap);
+}
+
+/// The canary never reaches the command's own environment (the allowlist drops it), so a
+/// canary found in PID 1 could only come from the supervisor.
+#[test]
+fn the_canary_is_not_in_the_command_environment() {
+    let fx = Fixture::new("pid1-env");
+    let out = Command::new(util::garuda_bin().unwrap())
+        .args(["sandbox", "--executor", "landlock", "--project"])
+        .arg(&fx.project)
+        .arg("--")
+        .args([PROBE, "env"])
+        .current_dir(&fx.project)
+        .env_clear()
+        .envs(fx.vars.iter().map(|(k, v)| (k, v)))
+        .env(CANARY_VAR, "canary-value")
+        .output()
+        .unwrap();
+    let env = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(env.contains("PATH="), "{env}");
+    assert!(
+        !env.contains(CANARY_VAR) && !env.contains("canary-value"),
+        "{env}"
+    );
+}
