@@ -814,6 +814,12 @@ mod tests {
         assert!(repo.join("app/hooks").is_dir());
         // The repository's own `.git` is outside the writable roots: not listed.
         assert!(!policy.read_only_paths.contains(&repo.join(".git")));
+        // A project with a `.git` of its own is not looked above (git stops there): a broken
+        // configuration up there does not matter.
+        write(&repo.join(".git/config"), b"[core\n");
+        assert!(build_exec_policy(&repo.join("app"), &fx.settings, &fx.host).is_err());
+        git_init(&repo.join("app"));
+        build_exec_policy(&repo.join("app"), &fx.settings, &fx.host).unwrap();
     }
 
     #[test]

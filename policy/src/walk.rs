@@ -372,9 +372,13 @@ impl Walker {
     }
 
     /// The repository that holds the project, when the project is a folder inside one: its
-    /// configuration can name files in the project (`core.hooksPath = sub/hooks`).
+    /// configuration can name files in the project (`core.hooksPath = sub/hooks`). Not looked
+    /// for when the project has a `.git` of its own: git stops there.
     fn enclosing_repository(&mut self) -> Result<(), PolicyError> {
         let root = self.root.clone();
+        if fs::symlink_metadata(root.join(".git")).is_ok() {
+            return Ok(());
+        }
         for dir in root.ancestors().skip(1) {
             let path = dir.join(".git");
             let Ok(meta) = fs::symlink_metadata(&path) else {
