@@ -124,9 +124,9 @@ pub(crate) fn scan_project(
     }
     walker.root_garuda()?;
     for path in nested_garuda {
-        // As before this change: an existing nested `.garuda` folder (through a link, its
-        // target) is read-only. It matters when garuda runs with that folder as the project,
-        // and then it is the root `.garuda` of that run, with the full treatment.
+        // An existing nested `.garuda` folder (through a link, its target) is read-only. It
+        // matters when garuda runs with that folder as the project, and then it is the root
+        // `.garuda` of that run, with the full treatment.
         if let Some(target) = canonical_if_exists(&path)? {
             if target.is_dir() {
                 walker.protected.protect(target);
