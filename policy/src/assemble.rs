@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use crate::env::command_env;
 use crate::error::PolicyError;
 use crate::exec::{ExecPolicy, Limits, NetworkMode};
+use crate::gitexec::protect_configured;
 use crate::host::HostEnv;
 use crate::paths::{
     canonical_if_exists, canonical_if_present, create_dir_if_missing, sorted_unique,
 };
 use crate::sensitive::{HOME_SECRETS, PACKAGE_CACHES};
-use crate::settings::{EffectiveSettings, Origin};
+use crate::settings::{CommandMode, EffectiveSettings, Origin};
 use crate::walk::scan_project;
 
 /// Mode of Garuda's home when this function creates it: only the user may enter.
@@ -25,14 +26,18 @@ const HIDDEN_DIRS: &[&str] = &["/run", "/var/run"];
 /// Builds the policy every command of this session runs under.
 ///
 /// Every path is canonical and, unless said otherwise, exists; each list is sorted by path
-/// and deduplicated. Side effects, both on purpose: a missing `hooks` directory (and
-/// `config` file) is created in each git repository of the project so that it can be made
-/// read-only, and Garuda's home is created (mode 0700) so that it is unreadable from the
-/// first command on, before any audit key is written there.
+/// and deduplicated. Side effects, on purpose: a missing `<project>/.garuda` and a missing
+/// folder named by `core.hooksPath` or `init.templateDir` under a writable root are created
+/// empty (mode 0755) so that they can be made read-only, and Garuda's home is created (mode
+/// 0700) so that it is unreadable from the first command on, before any audit key is written
+/// there.
 ///
 /// Errors: the project root is missing, not a directory, or contains the home directory; a
 /// `sandbox.writable` entry is missing, is (or contains) the home directory, or overlaps an
-/// unreadable path; a path that exists cannot be resolved or listed; a git pointer is stale.
+/// unreadable path; a path that exists cannot be resolved or listed; a git pointer is stale;
+/// a git configuration file cannot be parsed, or names a missing file a command could create;
+/// in direct mode, `.git` or `.garuda` is a link a command could replace; a link a command
+/// could rewrite lies on the way to a file git runs or reads.
 pub fn build_exec_policy(
     project_root: &Path,
     settings: &EffectiveSettings,
@@ -79,7 +84,14 @@ pub fn build_exec_policy(
     writable.extend(extra_writable.iter().map(|(path, _)| path.clone()));
     let writable = sorted_unique(writable);
 
-    let scan = scan_project(&root, &writable)?;
+    let staged = settings.command_mode == CommandMode::Staged;
+    let mut scan = scan_project(&root, &writable, staged)?;
+    protect_configured(
+        &mut scan.protected,
+        &scan.repos,
+        &home,
+        &host.git_config_files(),
+    )?;
     unreadable.extend(scan.env_files);
     let unreadable = sorted_unique(unreadable);
 
@@ -113,7 +125,8 @@ pub fn build_exec_policy(
     Ok(ExecPolicy {
         project_root: root,
         writable_roots: writable,
-        read_only_paths: sorted_unique(scan.read_only),
+        read_only_paths: sorted_unique(scan.protected.minimal_read_only()),
+        writable_holes: sorted_unique(scan.protected.holes),
         unreadable_paths: unreadable,
         hidden_dirs: sorted_unique(hidden),
         network: NetworkMode::Isolated,
@@ -171,7 +184,7 @@ fn resolve_extra_writable<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::settings::SourceKind;
+    use crate::settings::{CommandMode, SourceKind};
     use crate::test_support::{fake_host, write};
     use std::ffi::OsString;
     use std::os::unix::fs::{symlink, PermissionsExt};
@@ -234,7 +247,8 @@ mod tests {
         assert_eq!(policy.project_root, fx.project(""));
         assert_eq!(policy.writable_roots, [fx.project("")]);
         assert_eq!(policy.unreadable_paths, [fx.home(".garuda")]);
-        assert!(policy.read_only_paths.is_empty());
+        assert_eq!(policy.read_only_paths, [fx.project(".garuda")]);
+        assert!(policy.writable_holes.is_empty());
         assert_eq!(policy.network, NetworkMode::Isolated);
         assert_eq!(policy.limits, Limits::default());
     }
@@ -364,21 +378,85 @@ mod tests {
         let policy = fx.build().unwrap();
         assert!(!policy.unreadable_paths.contains(&fx.at("outside/.env")));
         assert!(policy.unreadable_paths.contains(&fx.at("shared.env")));
-        assert!(policy.read_only_paths.is_empty());
+        assert_eq!(policy.read_only_paths, [fx.project(".garuda")]);
+    }
+
+    /// The read-only paths inside the project, and the holes, relative to it.
+    fn protected_in_project(fx: &Fixture, policy: &ExecPolicy) -> (Vec<String>, Vec<String>) {
+        let rel = |list: &[PathBuf]| {
+            list.iter()
+                .filter_map(|p| p.strip_prefix(fx.project("")).ok())
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+        };
+        (rel(&policy.read_only_paths), rel(&policy.writable_holes))
+    }
+
+    fn staged(fx: &mut Fixture) {
+        fx.settings.command_mode = CommandMode::Staged;
     }
 
     #[test]
-    fn git_hooks_are_created_when_missing_and_protected() {
+    fn git_dirs_are_read_only_as_a_whole_with_holes_for_data() {
         let fx = Fixture::new();
-        mkdir(&fx.project(".git/objects"));
+        mkdir(&fx.project(".git/objects/ab"));
+        mkdir(&fx.project(".git/refs/heads"));
         write(&fx.project(".git/HEAD"), b"ref: refs/heads/main\n");
+        // A `logs` that is a link is not a hole: it stays read-only.
+        mkdir(&fx.project("elsewhere"));
+        symlink(fx.project("elsewhere"), fx.project(".git/logs")).unwrap();
         let policy = fx.build().unwrap();
-        let hooks = fx.project(".git/hooks");
-        let mode = fs::metadata(&hooks).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o755);
-        // The missing config is created empty too, so it can be protected.
-        assert_eq!(fs::read(fx.project(".git/config")).unwrap(), b"");
-        assert_eq!(policy.read_only_paths, [fx.project(".git/config"), hooks]);
+        let (ro, holes) = protected_in_project(&fx, &policy);
+        assert_eq!(ro, [".garuda", ".git"]);
+        assert_eq!(holes, [".git/objects", ".git/refs"]);
+        // Nothing is created inside a read-only `.git` any more: nothing can be created there.
+        assert!(!fx.project(".git/hooks").exists());
+        assert!(!fx.project(".git/config").exists());
+    }
+
+    #[test]
+    fn a_missing_garuda_is_created_and_read_only_whatever_it_is() {
+        let fx = Fixture::new();
+        let policy = fx.build().unwrap();
+        let meta = fs::symlink_metadata(fx.project(".garuda")).unwrap();
+        assert!(meta.is_dir());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o755);
+        assert_eq!(fs::read_dir(fx.project(".garuda")).unwrap().count(), 0);
+        assert!(policy.read_only_paths.contains(&fx.project(".garuda")));
+
+        // A file is protected as a file.
+        let fx = Fixture::new();
+        write(&fx.project(".garuda"), b"not a folder");
+        assert!(fx
+            .build()
+            .unwrap()
+            .read_only_paths
+            .contains(&fx.project(".garuda")));
+
+        // A link: refused in direct mode, its target protected in staged mode.
+        let mut fx = Fixture::new();
+        mkdir(&fx.project("config/garuda"));
+        symlink("config/garuda", fx.project(".garuda")).unwrap();
+        let e = fx.build().unwrap_err();
+        assert!(
+            matches!(&e, PolicyError::ProtectedLinkInDirectMode { path, .. } if *path == fx.project(".garuda")),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("--staged"), "{e}");
+        staged(&mut fx);
+        let policy = fx.build().unwrap();
+        assert!(policy
+            .read_only_paths
+            .contains(&fx.project("config/garuda")));
+
+        // Dangling: a command could create the target, in either mode.
+        let mut fx = Fixture::new();
+        symlink("config/garuda", fx.project(".garuda")).unwrap();
+        staged(&mut fx);
+        assert!(matches!(
+            fx.build().unwrap_err(),
+            PolicyError::Canonicalize { path, .. } if path == fx.project(".garuda")
+        ));
     }
 
     #[test]
@@ -386,25 +464,35 @@ mod tests {
         let fx = Fixture::new();
         git_init(&fx.project(""));
         git_init(&fx.project("vendor/lib"));
-        write(&fx.project(".git/config.worktree"), b"");
-        mkdir(&fx.project(".garuda"));
         mkdir(&fx.project("sub/dir/.garuda"));
         // A `.git` directory is not walked into: nothing inside it is listed.
         write(&fx.project(".git/.env"), b"A=1");
         let policy = fx.build().unwrap();
+        let (ro, holes) = protected_in_project(&fx, &policy);
         assert_eq!(
-            policy.read_only_paths,
-            [
-                fx.project(".garuda"),
-                fx.project(".git/config"),
-                fx.project(".git/config.worktree"),
-                fx.project(".git/hooks"),
-                fx.project("sub/dir/.garuda"),
-                fx.project("vendor/lib/.git/config"),
-                fx.project("vendor/lib/.git/hooks"),
-            ]
+            ro,
+            [".garuda", ".git", "sub/dir/.garuda", "vendor/lib/.git"]
         );
+        assert_eq!(holes, [".git/objects", "vendor/lib/.git/objects"]);
         assert!(!policy.unreadable_paths.contains(&fx.project(".git/.env")));
+    }
+
+    #[test]
+    fn a_linked_git_dir_is_refused_in_direct_mode_and_protected_in_staged_mode() {
+        let mut fx = Fixture::new();
+        git_init(&fx.project("store"));
+        symlink("store/.git", fx.project(".git")).unwrap();
+        let e = fx.build().unwrap_err();
+        assert!(
+            matches!(&e, PolicyError::ProtectedLinkInDirectMode { path, .. } if *path == fx.project(".git")),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("git init --separate-git-dir"), "{e}");
+        staged(&mut fx);
+        let policy = fx.build().unwrap();
+        let (ro, holes) = protected_in_project(&fx, &policy);
+        assert_eq!(ro, [".garuda", "store/.git"]);
+        assert_eq!(holes, ["store/.git/objects"]);
     }
 
     #[test]
@@ -415,7 +503,7 @@ mod tests {
         let main = fx.at("shared/repo");
         git_init(&main);
         let private = main.join(".git/worktrees/wt");
-        mkdir(&private);
+        mkdir(&private.join("logs"));
         write(&private.join("commondir"), b"../..\n");
         write(&private.join("config.worktree"), b"");
         write(&private.join("HEAD"), b"ref: refs/heads/wt\n");
@@ -426,16 +514,14 @@ mod tests {
         );
         fx.allow_writable(fx.at("shared"));
         let policy = fx.build().unwrap();
-        assert!(main.join(".git/hooks").is_dir(), "missing hooks created");
+        assert!(!main.join(".git/hooks").exists(), "nothing created");
         assert_eq!(
             policy.read_only_paths,
-            [
-                fx.project(".git"),
-                main.join(".git/config"),
-                main.join(".git/hooks"),
-                private.join("commondir"),
-                private.join("config.worktree"),
-            ]
+            [fx.project(".garuda"), fx.project(".git"), main.join(".git")]
+        );
+        assert_eq!(
+            policy.writable_holes,
+            [main.join(".git/objects"), private.join("logs")]
         );
     }
 
@@ -443,40 +529,21 @@ mod tests {
     fn submodule_git_file_is_protected() {
         let fx = Fixture::new();
         git_init(&fx.project(""));
-        let module = fx.project(".git/modules/sub");
-        mkdir(&module);
-        write(&module.join("config"), b"[core]\n");
-        write(&fx.project("sub/.git"), b"gitdir: ../.git/modules/sub");
+        let module = fx.project(".git/modules/libs/sub");
+        mkdir(&module.join("objects"));
+        write(&module.join("HEAD"), b"ref: refs/heads/main\n");
+        write(
+            &module.join("config"),
+            b"[core]\n\tworktree = ../../../../libs/sub\n",
+        );
+        write(
+            &fx.project("libs/sub/.git"),
+            b"gitdir: ../../.git/modules/libs/sub",
+        );
         let policy = fx.build().unwrap();
-        assert!(policy.read_only_paths.contains(&module.join("config")));
-        assert!(policy.read_only_paths.contains(&module.join("hooks")));
-        assert!(module.join("hooks").is_dir());
-    }
-
-    #[test]
-    fn worktree_private_folders_and_module_repositories_are_protected() {
-        let fx = Fixture::new();
-        git_init(&fx.project(""));
-        let private = fx.project(".git/worktrees/elsewhere");
-        mkdir(&private);
-        write(&private.join("commondir"), b"../..\n");
-        write(&private.join("gitdir"), b"/somewhere/else/.git\n");
-        let module = fx.project(".git/modules/lib");
-        mkdir(&module);
-        write(&module.join("config"), b"[core]\n");
-        let policy = fx.build().unwrap();
-        for p in [
-            private.join("commondir"),
-            private.join("gitdir"),
-            module.join("config"),
-            module.join("hooks"),
-        ] {
-            assert!(
-                policy.read_only_paths.contains(&p),
-                "{} not protected",
-                p.display()
-            );
-        }
+        let (ro, holes) = protected_in_project(&fx, &policy);
+        assert_eq!(ro, [".garuda", ".git", "libs/sub/.git"]);
+        assert_eq!(holes, [".git/modules/libs/sub/objects", ".git/objects"]);
     }
 
     #[test]
@@ -490,8 +557,12 @@ mod tests {
             format!("gitdir: {}", main.join(".git").display()).as_bytes(),
         );
         let policy = fx.build().unwrap();
-        // Only the pointer file, which lies in the project.
-        assert_eq!(policy.read_only_paths, [fx.project(".git")]);
+        // Only the pointer file (and `.garuda`), which lie in the project.
+        assert_eq!(
+            policy.read_only_paths,
+            [fx.project(".garuda"), fx.project(".git")]
+        );
+        assert!(policy.writable_holes.is_empty());
         assert!(
             !main.join(".git/hooks").exists(),
             "nothing created outside writable roots"
@@ -514,6 +585,7 @@ mod tests {
             PolicyError::GitPointerInvalid { path, .. } if path == fx.project("sub/.git")
         ));
 
+        // A dangling hooks link whose target a command could create.
         let fx = Fixture::new();
         git_init(&fx.project(""));
         fs::remove_dir(fx.project(".git/hooks")).unwrap();
@@ -525,14 +597,245 @@ mod tests {
     }
 
     #[test]
-    fn linked_hooks_are_protected_at_their_target() {
+    fn linked_hooks_config_and_hook_files_are_protected_at_their_targets() {
         let fx = Fixture::new();
         git_init(&fx.project(""));
         fs::remove_dir(fx.project(".git/hooks")).unwrap();
+        fs::remove_file(fx.project(".git/config")).unwrap();
         mkdir(&fx.project("tools/hooks"));
-        symlink(fx.project("tools/hooks"), fx.project(".git/hooks")).unwrap();
+        write(&fx.project("scripts/pre-push"), b"#!/bin/sh\n");
+        symlink("../../scripts/pre-push", fx.project("tools/hooks/pre-push")).unwrap();
+        symlink("../tools/hooks", fx.project(".git/hooks")).unwrap();
+        write(&fx.project("cfg/gitconfig"), b"[core]\n");
+        symlink("../cfg/gitconfig", fx.project(".git/config")).unwrap();
         let policy = fx.build().unwrap();
-        assert!(policy.read_only_paths.contains(&fx.project("tools/hooks")));
+        let (ro, _) = protected_in_project(&fx, &policy);
+        assert_eq!(
+            ro,
+            [
+                ".garuda",
+                ".git",
+                "cfg/gitconfig",
+                "scripts/pre-push",
+                "tools/hooks"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rewritable_link_on_the_way_to_git_metadata_is_refused() {
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        fs::remove_dir(fx.project(".git/hooks")).unwrap();
+        mkdir(&fx.project("real/hooks"));
+        // `alias` lies in the project: a command could point it at a folder of its own.
+        symlink("real", fx.project("alias")).unwrap();
+        symlink("../alias/hooks", fx.project(".git/hooks")).unwrap();
+        let e = fx.build().unwrap_err();
+        assert!(
+            matches!(&e, PolicyError::SwappableLink { link, .. } if *link == fx.project("alias")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn hooks_paths_named_by_configuration_are_read_only_and_created_when_missing() {
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        write(
+            &fx.project(".git/config"),
+            b"[core]\n\thooksPath = .husky/_\n",
+        );
+        let policy = fx.build().unwrap();
+        let created = fx.project(".husky/_");
+        let meta = fs::metadata(&created).unwrap();
+        assert!(meta.is_dir());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o755);
+        assert!(policy.read_only_paths.contains(&created));
+
+        // From the user's global configuration, relative to every repository's top; `~/` is
+        // the home, outside every writable root: nothing to do there.
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        git_init(&fx.project("nested"));
+        write(
+            &fx.home(".gitconfig"),
+            b"[core]\n\thooksPath = .githooks\n[init]\n\ttemplateDir = ~/templates\n",
+        );
+        let policy = fx.build().unwrap();
+        let (ro, _) = protected_in_project(&fx, &policy);
+        assert_eq!(
+            ro,
+            [
+                ".garuda",
+                ".git",
+                ".githooks",
+                "nested/.git",
+                "nested/.githooks"
+            ]
+        );
+        assert!(!fx.home("templates").exists());
+    }
+
+    #[test]
+    fn included_files_are_read_only_and_a_missing_one_is_refused() {
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        write(
+            &fx.project(".git/config"),
+            b"[include]\n\tpath = ../config/one.inc\n[includeIf \"onbranch:main\"]\n\tpath = ../config/two.inc\n",
+        );
+        // Included files include others, relative to their own folder.
+        write(
+            &fx.project("config/one.inc"),
+            b"[include]\n\tpath = deeper/three.inc\n",
+        );
+        write(
+            &fx.project("config/two.inc"),
+            b"[core]\n\tfsmonitor = tools/fsmonitor\n",
+        );
+        write(
+            &fx.project("config/deeper/three.inc"),
+            b"[user]\n\tname = x\n",
+        );
+        write(&fx.project("tools/fsmonitor"), b"#!/bin/sh\n");
+        let policy = fx.build().unwrap();
+        let (ro, _) = protected_in_project(&fx, &policy);
+        assert_eq!(
+            ro,
+            [
+                ".garuda",
+                ".git",
+                "config/deeper/three.inc",
+                "config/one.inc",
+                "config/two.inc",
+                "tools/fsmonitor"
+            ]
+        );
+
+        fs::remove_file(fx.project("config/deeper/three.inc")).unwrap();
+        let e = fx.build().unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(&e, PolicyError::GitConfigTargetMissing { config, line: 2, key, .. }
+                if *config == fx.project(".git/../config/one.inc") && key == "include.path"),
+            "{e:?}"
+        );
+        assert!(text.contains("three.inc"), "{text}");
+
+        // A missing include outside every writable root: nothing can create it.
+        write(
+            &fx.project("config/one.inc"),
+            b"[include]\n\tpath = /nonexistent/x.inc\n",
+        );
+        fx.build().unwrap();
+
+        // An include loop stops at git's depth.
+        write(
+            &fx.project("config/one.inc"),
+            b"[include]\n\tpath = one.inc\n",
+        );
+        assert!(matches!(
+            fx.build().unwrap_err(),
+            PolicyError::GitConfigIncludeDepth { .. }
+        ));
+    }
+
+    #[test]
+    fn commands_named_by_configuration_are_read_only_and_a_missing_one_is_refused() {
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        mkdir(&fx.project(".git/worktrees/wt/logs"));
+        write(&fx.project(".git/worktrees/wt/commondir"), b"../..\n");
+        write(
+            &fx.project(".git/worktrees/wt/HEAD"),
+            b"ref: refs/heads/wt\n",
+        );
+        write(
+            &fx.project(".git/config"),
+            b"[core]\n\tsshCommand = \\\"./tools/ssh wrapper\\\" -v\n\
+              [filter \"x\"]\n\tclean = sh tools/clean.sh\n[alias]\n\tst = status\n\tboom = !tools/boom\n\
+              [credential]\n\thelper = store\n",
+        );
+        // A linked worktree's own configuration; an absolute program path.
+        write(
+            &fx.project(".git/worktrees/wt/config.worktree"),
+            format!(
+                "[core]\n\tfsmonitor = {}\n",
+                fx.project("tools/fsmonitor").display()
+            )
+            .as_bytes(),
+        );
+        for tool in [
+            "tools/ssh wrapper",
+            "tools/clean.sh",
+            "tools/boom",
+            "tools/fsmonitor",
+        ] {
+            write(&fx.project(tool), b"#!/bin/sh\n");
+        }
+        let policy = fx.build().unwrap();
+        let (ro, holes) = protected_in_project(&fx, &policy);
+        assert_eq!(
+            ro,
+            [
+                ".garuda",
+                ".git",
+                "tools/boom",
+                "tools/clean.sh",
+                "tools/fsmonitor",
+                "tools/ssh wrapper"
+            ]
+        );
+        assert!(holes.contains(&".git/worktrees/wt/logs".to_string()));
+
+        fs::remove_file(fx.project("tools/fsmonitor")).unwrap();
+        let e = fx.build().unwrap_err();
+        assert!(
+            matches!(&e, PolicyError::GitConfigTargetMissing { config, line: 2, key, .. }
+                if *config == fx.project(".git/worktrees/wt/config.worktree") && key == "core.fsmonitor"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn the_repository_holding_the_project_is_read_too() {
+        let fx = Fixture::new();
+        // The project is `repo/app`; the repository's config names a folder in it.
+        let repo = fx.at("repo");
+        git_init(&repo);
+        write(
+            &repo.join(".git/config"),
+            b"[core]\n\thooksPath = app/hooks\n",
+        );
+        mkdir(&repo.join("app"));
+        let policy = build_exec_policy(&repo.join("app"), &fx.settings, &fx.host).unwrap();
+        assert!(policy.read_only_paths.contains(&repo.join("app/hooks")));
+        assert!(repo.join("app/hooks").is_dir());
+        // The repository's own `.git` is outside the writable roots: not listed.
+        assert!(!policy.read_only_paths.contains(&repo.join(".git")));
+        // A project with a `.git` of its own is not looked above (git stops there): a broken
+        // configuration up there does not matter.
+        write(&repo.join(".git/config"), b"[core\n");
+        assert!(build_exec_policy(&repo.join("app"), &fx.settings, &fx.host).is_err());
+        git_init(&repo.join("app"));
+        build_exec_policy(&repo.join("app"), &fx.settings, &fx.host).unwrap();
+    }
+
+    #[test]
+    fn unparsable_git_configuration_is_an_error_with_file_and_line() {
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        write(
+            &fx.project(".git/config"),
+            b"[core]\n\thooksPath = \"open\n",
+        );
+        let e = fx.build().unwrap_err();
+        assert!(
+            matches!(&e, PolicyError::GitConfigInvalid { path, line: 2, .. } if *path == fx.project(".git/config")),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(".git/config:2:"), "{e}");
     }
 
     #[test]
@@ -544,7 +847,7 @@ mod tests {
             build_exec_policy(&fx.tmp.path().join("link"), &fx.settings, &fx.host).unwrap();
         assert_eq!(policy.project_root, fx.project(""));
         assert_eq!(policy.writable_roots, [fx.project("")]);
-        assert!(policy.read_only_paths.contains(&fx.project(".git/hooks")));
+        assert!(policy.read_only_paths.contains(&fx.project(".git")));
         assert!(policy
             .read_only_paths
             .iter()

@@ -266,4 +266,97 @@ pub enum PolicyError {
         #[source]
         source: io::Error,
     },
+
+    /// A git configuration file exists but could not be read.
+    #[error("{}: cannot read git configuration: {source}", path.display())]
+    GitConfigRead {
+        /// The configuration file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A git configuration file could not be parsed (see `gitconfig.rs` for what is
+    /// accepted). Refused rather than skipped: a key read wrongly could leave a file that git
+    /// runs writable.
+    #[error("{}:{line}: git configuration not understood: {reason}", path.display())]
+    GitConfigInvalid {
+        /// The configuration file.
+        path: PathBuf,
+        /// 1-based line (0: the file as a whole).
+        line: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
+
+    /// A git configuration key names a file that git would run or read, in a folder a command
+    /// can write, and the file does not exist: the command could create it.
+    #[error(
+        "{}:{line}: {key} names {}, which does not exist in a folder that sandboxed commands          can write: a command could create it and the host's git would {use_}. Create the file          (or remove the key) before running garuda",
+        config.display(),
+        target.display()
+    )]
+    GitConfigTargetMissing {
+        /// The configuration file.
+        config: PathBuf,
+        /// 1-based line of the key.
+        line: usize,
+        /// The key (`include.path`, `core.fsmonitor`).
+        key: String,
+        /// The missing file.
+        target: PathBuf,
+        /// What git does with it ("read it as configuration", "run it").
+        use_: &'static str,
+    },
+
+    /// `include.path` files include each other deeper than git allows.
+    #[error("{}: git configuration includes are nested too deeply (more than {limit})", path.display())]
+    GitConfigIncludeDepth {
+        /// The file that would be included one level too deep.
+        path: PathBuf,
+        /// The depth limit.
+        limit: usize,
+    },
+
+    /// `.git` or `.garuda` is a symbolic link in a folder a direct-mode command can write: the
+    /// command could replace the link with a folder of its own (with hooks, config, settings),
+    /// and a mount cannot be placed on a link to stop it.
+    #[error(
+        "{}: {what} is a symbolic link in a folder that sandboxed commands can write, so a          command could replace it with one of its own; refusing to run in direct mode. Run with          --staged (the real project is then read-only to the command), or replace the link: {fix}",
+        path.display()
+    )]
+    ProtectedLinkInDirectMode {
+        /// The link.
+        path: PathBuf,
+        /// What it is (`the repository's .git`, `the project's .garuda`).
+        what: &'static str,
+        /// How to replace it.
+        fix: &'static str,
+    },
+
+    /// A symbolic link in a writable folder lies on the way to a file git runs or reads (or to
+    /// Garuda's settings): a command could point it elsewhere, and a mount cannot sit on a
+    /// link.
+    #[error(
+        "{}: a symbolic link in a folder that sandboxed commands can write leads to {}, which          git runs or reads (or Garuda's settings): a command could point it elsewhere. Replace          the link with the folder or file it names",
+        link.display(),
+        protecting.display()
+    )]
+    SwappableLink {
+        /// The link.
+        link: PathBuf,
+        /// The protected path it leads to (as named before resolution).
+        protecting: PathBuf,
+    },
+
+    /// A path that must be protected cannot be resolved safely (a `..` after a missing folder,
+    /// too many links).
+    #[error("{}: cannot resolve a path that must be protected: {reason}", path.display())]
+    ProtectedPathUnresolvable {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        reason: &'static str,
+    },
 }

@@ -158,9 +158,17 @@ pub struct ExecPolicy {
     /// Directories (and files) the command may write: the project root and package caches.
     /// `/tmp` is not listed: every Linux executor gives the command a private, empty `/tmp`.
     pub writable_roots: Vec<PathBuf>,
-    /// Paths inside writable roots that stay read-only (`.git/hooks`, `.git/config`,
-    /// `.garuda/`). Each exists when the policy is built.
+    /// Paths inside writable roots that stay read-only: every git directory as a whole, `.git`
+    /// pointer files, what git runs or reads because a link or its configuration names it
+    /// (hooks paths, included files, command programs), and `.garuda`. Each exists when the
+    /// policy is built.
     pub read_only_paths: Vec<PathBuf>,
+    /// Inside read-only paths, bound read-write again: the `objects`, `refs` and `logs`
+    /// folders of each git directory, data a command legitimately writes and git never runs.
+    /// Each is a real folder (not a link) inside one of [`ExecPolicy::read_only_paths`] when
+    /// the policy is built; an executor ignores one that is not inside a read-only path it
+    /// enforces (a hole must never open anything else).
+    pub writable_holes: Vec<PathBuf>,
     /// Secrets: existing files and directories the command must not read at all.
     pub unreadable_paths: Vec<PathBuf>,
     /// Directories replaced by an empty directory, hiding host daemons' sockets (`/run`,

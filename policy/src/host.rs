@@ -6,6 +6,9 @@ use std::path::PathBuf;
 
 use crate::error::PolicyError;
 
+/// Where git keeps the system's configuration (its default `--system` file).
+const SYSTEM_GIT_CONFIG: &str = "/etc/gitconfig";
+
 /// The host facts a policy is built from, captured once so that tests can build one by hand
 /// and never depend on the real home directory.
 #[derive(Clone, PartialEq, Eq)]
@@ -22,6 +25,10 @@ pub struct HostEnv {
     /// filled by [`HostEnv::from_process`] from [`crate::sensitive::SYSTEM_SECRETS`]; empty
     /// for a host built by hand.
     pub system_secrets: Vec<PathBuf>,
+    /// The system's git configuration files (`/etc/gitconfig`, and `$GIT_CONFIG_SYSTEM` when
+    /// set to an absolute path): filled by [`HostEnv::from_process`]; empty for a host built
+    /// by hand. The user's are derived from the variables ([`HostEnv::git_config_files`]).
+    pub git_system_configs: Vec<PathBuf>,
 }
 
 impl HostEnv {
@@ -32,6 +39,9 @@ impl HostEnv {
             .iter()
             .map(|(path, _)| PathBuf::from(path))
             .filter(|p| p.symlink_metadata().is_ok())
+            .collect();
+        host.git_system_configs = std::iter::once(PathBuf::from(SYSTEM_GIT_CONFIG))
+            .chain(host.absolute_var("GIT_CONFIG_SYSTEM"))
             .collect();
         Ok(host)
     }
@@ -64,7 +74,30 @@ impl HostEnv {
             xdg_runtime_dir,
             vars,
             system_secrets: Vec::new(),
+            git_system_configs: Vec::new(),
         })
+    }
+
+    /// The git configuration files git reads besides a repository's own, every one of them
+    /// (whichever variables would make git skip some: listing more only protects more):
+    /// `$GIT_CONFIG_GLOBAL`, `$XDG_CONFIG_HOME/git/config` (or `~/.config/git/config`),
+    /// `~/.gitconfig`, then [`HostEnv::git_system_configs`]. Relative values are ignored.
+    pub fn git_config_files(&self) -> Vec<PathBuf> {
+        let xdg = self
+            .absolute_var("XDG_CONFIG_HOME")
+            .unwrap_or_else(|| self.home.join(".config"));
+        self.absolute_var("GIT_CONFIG_GLOBAL")
+            .into_iter()
+            .chain([xdg.join("git/config"), self.home.join(".gitconfig")])
+            .chain(self.git_system_configs.iter().cloned())
+            .collect()
+    }
+
+    /// The value of `name` as a path, when it is absolute.
+    fn absolute_var(&self, name: &str) -> Option<PathBuf> {
+        self.var(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
     }
 
     /// The value of the first variable called `name`.

@@ -58,10 +58,13 @@
 //! - **Unreadable paths**: the secrets of [`HOME_SECRETS`] that exist, Garuda's own home (audit
 //!   keys), the ssh-agent socket, `sandbox.unreadable`, and every `.env` / `.env.*` file or
 //!   directory in the project.
-//! - **Read-only paths** inside writable roots: `.git/hooks` and `.git/config` of every
-//!   repository in the project (worktrees and submodules included), and every `.garuda`
-//!   directory. A command that could write these could make the host's `git` run its code after
-//!   the sandbox is gone.
+//! - **Read-only paths** inside writable roots: every git directory in the project (and the
+//!   common, worktree and submodule directories they lead to) as a whole, `.git` pointer files,
+//!   the files git runs or reads because a link or its configuration names them
+//!   (`core.hooksPath`, `include.path`, `core.fsmonitor`, …), and `<project>/.garuda`, created
+//!   empty when missing. A command that could write these could make the host's `git` run its
+//!   code after the sandbox is gone, or plant project settings.
+//! - **Writable holes** inside them: each git directory's `objects`, `refs` and `logs`.
 //! - **Hidden directories**: `/run`, `/var/run` and `$XDG_RUNTIME_DIR`, where host daemons keep
 //!   their sockets.
 //! - **Environment**: an allowlist (see [`DEFAULT_ENV_ALLOW`]) minus anything that looks like a
@@ -89,10 +92,13 @@ pub mod engine;
 mod env;
 mod error;
 mod exec;
+mod gitconfig;
+mod gitexec;
 mod host;
 mod locate;
 pub mod network;
 mod paths;
+mod protect;
 pub mod rule;
 mod sensitive;
 mod settings;
@@ -106,9 +112,7 @@ pub use command::{SimpleCommand, SplitError};
 pub use describe::{describe, render as render_entries, Entry};
 pub use env::DEFAULT_ENV_ALLOW;
 pub use error::PolicyError;
-mod git_guard;
 pub use exec::{ExecPolicy, Limits, NetworkMode, StagedView};
-pub use git_guard::{GitGuard, GuardViolation};
 pub use host::HostEnv;
 pub use rule::{Rule, RuleError};
 pub use sensitive::{is_env_file_name, HomeEntry, HOME_SECRETS, PACKAGE_CACHES};

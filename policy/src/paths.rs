@@ -77,22 +77,6 @@ pub(crate) fn create_dir_if_missing(path: &Path, mode: u32) -> Result<(), Policy
     Ok(())
 }
 
-/// Creates an empty file at `path` when nothing is there yet.
-pub(crate) fn create_file_if_missing(path: &Path) -> Result<(), PolicyError> {
-    match fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-    {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        Err(source) => Err(PolicyError::Create {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
-}
-
 /// Sorts by path (so a parent comes right before its children) and drops duplicates.
 pub(crate) fn sorted_unique(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
     paths.sort();

@@ -90,6 +90,15 @@ impl ChangeSet {
                 .any(|c| c.kind == ChangeKind::LinkOutOfRoot)
     }
 
+    /// The shown changes under `.garuda/` (Garuda's project settings), which
+    /// [`crate::Session::apply`] refuses: they need a question of their own.
+    pub fn garuda_settings(&self) -> Vec<&Change> {
+        self.changes
+            .iter()
+            .filter(|c| crate::rules::is_garuda_settings_path(&c.path))
+            .collect()
+    }
+
     /// Total number of ignored changes.
     pub fn ignored_total(&self) -> u64 {
         self.ignored_counts.values().sum()

@@ -114,6 +114,19 @@ pub enum StagingError {
         path: String,
     },
 
+    /// The change touches Garuda's project settings (`.garuda/`), which [`crate::Session::apply`]
+    /// never applies: they need a question of their own
+    /// ([`crate::Session::apply_with_garuda_settings`]).
+    #[error(
+        "the change touches Garuda's project settings ({}), which are applied only after a \
+         question of their own; nothing was applied",
+        paths.iter().map(|p| garuda_text::visible(p)).collect::<Vec<_>>().join(", ")
+    )]
+    GarudaSettings {
+        /// Project-relative paths under `.garuda`.
+        paths: Vec<String>,
+    },
+
     /// A change that this crate does not apply (and so refuses as a whole).
     #[error("{path}: {reason}; nothing was applied")]
     Unsupported {

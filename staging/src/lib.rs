@@ -70,6 +70,10 @@
 //!   never applied and stay in staging, so the next command sees its build output.
 //! - **Sensitive** files (see [`is_sensitive_name`]: `.env*`, keys, `.npmrc`, `.netrc`, …) that
 //!   changed are named in [`ChangeSet::sensitive`], ignored or not.
+//! - **Garuda's settings**: a shown change under a `.garuda` folder (or a `.garuda` file or
+//!   link), see [`is_garuda_settings_path`] and [`ChangeSet::garuda_settings`], is marked in the
+//!   list and never applied by [`Session::apply`]; only
+//!   [`Session::apply_with_garuda_settings`], called after a question of its own, applies it.
 //! - Past [`ENTRY_LIMIT`] walked entries, an unreadable file, a failed walk or a non-UTF-8 name
 //!   makes the list **incomplete** ([`ChangeSet::incomplete`]): only discard is possible.
 //!
@@ -132,6 +136,8 @@
 //!   ownership, no xattrs or ACLs, no hard links (content is copied), no empty folders.
 //! - **Links out of the root are refused**, so a planted `config -> ~/.ssh/config` cannot make
 //!   a later host program write or read outside the project.
+//! - **Garuda's settings need their own question**: a change under `.garuda/` (project
+//!   settings, which can loosen later runs) is refused by [`Session::apply`].
 //! - **Ignored files never reach the project** (a command cannot plant
 //!   `node_modules/.bin/x` for a host program to run), and **`.git` never does** (no hook,
 //!   no config that makes the host's git run code). Renaming a `.gitignore` does not help a
@@ -180,6 +186,7 @@ pub use apply::{
 pub use changes::{Change, ChangeKind, ChangeSet, ENTRY_LIMIT};
 pub use error::{FoundKind, Result, StagingError};
 pub use render::{render, DIFF_CHAR_LIMIT};
+pub use rules::is_garuda_settings_path;
 pub use sensitive::{is_sensitive_name, is_sensitive_path};
 pub use session::{Backend, BackendChoice, CommandMark, Session, PLAIN_COPY_CAP};
 

@@ -79,6 +79,9 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
         if is_sensitive_path(&c.path) {
             out.push_str(" (sensitive)");
         }
+        if crate::rules::is_garuda_settings_path(&c.path) {
+            out.push_str(" (Garuda settings: needs its own question)");
+        }
         out.push('\n');
     }
 
@@ -181,6 +184,14 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
                     " (ignored by git: kept in staging, never applied)"
                 }
             );
+        }
+    }
+    let settings = set.garuda_settings();
+    if !settings.is_empty() {
+        out.push('\n');
+        out.push_str("Garuda's project settings change (they can loosen what later commands may do); applied only after a question of their own, never with --apply alone:\n");
+        for c in settings {
+            let _ = writeln!(out, "  {}", visible(&c.path));
         }
     }
     if !set.ignored_counts.is_empty() {

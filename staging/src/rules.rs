@@ -218,6 +218,14 @@ pub(crate) fn in_git_dir(rel: &str) -> bool {
     rel.split('/').any(|c| c == ".git")
 }
 
+/// True for a path in (or being) a `.garuda` folder or file at any depth: Garuda's project
+/// settings (and, once the agent has them, hooks and commands that run later). Such a change
+/// is shown, and applied only after a question of its own ([`crate::Session::apply`] refuses
+/// it; [`crate::Session::apply_with_garuda_settings`] is the explicit opt-in).
+pub fn is_garuda_settings_path(rel: &str) -> bool {
+    rel.split('/').any(|c| c == ".garuda")
+}
+
 fn sha256_repo(config: &str) -> bool {
     config.lines().any(|l| {
         let l = l.trim().to_ascii_lowercase();

@@ -315,7 +315,25 @@ impl Session {
     /// Applies a change list to the project: all or nothing, after the conflict check,
     /// through the crash-safe journal (see the crate doc). On success the applied entries are
     /// removed from staging so the project shows through again.
+    ///
+    /// A change under `.garuda/` (Garuda's project settings) is refused with
+    /// [`StagingError::GarudaSettings`] and nothing is applied: it needs a question of its
+    /// own, after which the caller uses [`Session::apply_with_garuda_settings`].
     pub fn apply(&mut self, set: &ChangeSet) -> Result<Applied> {
+        let settings: Vec<String> = set
+            .garuda_settings()
+            .iter()
+            .map(|c| c.path.clone())
+            .collect();
+        if !settings.is_empty() {
+            return Err(StagingError::GarudaSettings { paths: settings });
+        }
+        apply::apply(self, set)
+    }
+
+    /// [`Session::apply`], changes under `.garuda/` included: the explicit opt-in, for a
+    /// caller that asked the developer about those changes separately and got a yes.
+    pub fn apply_with_garuda_settings(&mut self, set: &ChangeSet) -> Result<Applied> {
         apply::apply(self, set)
     }
 

@@ -1295,3 +1295,181 @@ fn a_crash_before_the_commit_is_rolled_back_at_the_next_start() {
     );
     assert_eq!(snapshot(&p), before, "fully old");
 }
+
+// ---- protected paths: `.git` never applied, `.garuda` only with its own question -----------
+
+/// A project with every kind of `.git` entry, a submodule pointer and Garuda's settings.
+fn protected_env() -> Env {
+    let env = Env::new();
+    let p = env.p();
+    for (rel, content) in [
+        (".git/HEAD", "ref: refs/heads/main\n"),
+        (".git/config", "[core]\n\tbare = false\n"),
+        (".git/hooks/pre-commit.sample", "#!/bin/sh\n"),
+        (".git/objects/info/packs", ""),
+        (
+            ".git/refs/heads/main",
+            "0000000000000000000000000000000000000000\n",
+        ),
+        (".git/worktrees/wt/commondir", "../..\n"),
+        (".git/worktrees/wt/gitdir", "/elsewhere/wt/.git\n"),
+        (".git/modules/m/config", "[core]\n"),
+        ("sub/.git", "gitdir: ../.git/modules/m\n"),
+        (".garuda/settings.json", "{}\n"),
+        ("lookalike/.gitx/config", "[core]\n"),
+    ] {
+        write(&p, rel, content);
+    }
+    env
+}
+
+#[test]
+fn a_staged_change_under_any_git_path_is_never_applied() {
+    // Each row is what a command does to one kind of git path; `note.txt` rides along so that
+    // apply has something to do, and the lookalike (a folder not named `.git`) is the control:
+    // the same write outside `.git` is applied.
+    let rows: [(&str, &str); 17] = [
+        ("new hook", "mkdir -p .git/hooks && echo x > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit"),
+        ("config", "echo '[core] fsmonitor = x' >> .git/config"),
+        ("config.worktree", "echo x > .git/config.worktree"),
+        ("commondir", "echo ../evil > .git/commondir"),
+        ("worktree config", "echo x > .git/worktrees/wt/config.worktree"),
+        ("worktree commondir", "echo ../../evil > .git/worktrees/wt/commondir"),
+        ("module hook", "mkdir -p .git/modules/m/hooks && echo x > .git/modules/m/hooks/post-checkout"),
+        ("info", "mkdir -p .git/info && echo '* filter=x' > .git/info/attributes"),
+        ("object", "mkdir -p .git/objects/ab && echo x > .git/objects/ab/cdef"),
+        ("ref", "echo 1111111111111111111111111111111111111111 > .git/refs/heads/x"),
+        ("HEAD", "echo 'ref: refs/heads/x' > .git/HEAD"),
+        ("index", "echo x > .git/index"),
+        ("future file", "echo x > .git/future-config"),
+        ("pointer file", "echo 'gitdir: ../evil' > sub/.git"),
+        ("new nested repository", "mkdir -p nested/.git/hooks && echo x > nested/.git/hooks/pre-commit"),
+        ("git dir replaced by a link", "rm -rf .git && ln -s lookalike/.gitx .git"),
+        ("git dir replaced by a file", "rm -rf .git && echo 'gitdir: evil' > .git"),
+    ];
+    for backend in backends() {
+        for (what, script) in rows {
+            let env = protected_env();
+            let git_before = snapshot(&env.p().join(".git"));
+            let sub_before = fs::read(env.p().join("sub/.git")).unwrap();
+            let mut s = env.session(backend);
+            let mark = s.prepare().unwrap();
+            run(
+                &s,
+                &format!("{script} && echo note > note.txt && echo x >> lookalike/.gitx/config"),
+            );
+            let set = s.changes(&mark).unwrap();
+            let shown: Vec<&str> = set.changes.iter().map(|c| c.path.as_str()).collect();
+            assert_eq!(
+                shown,
+                ["lookalike/.gitx/config", "note.txt"],
+                "{backend:?} {what}: only the control and the note are shown"
+            );
+            if backend == Backend::Overlay {
+                // The copy backends do not even compare a git directory's content.
+                assert!(
+                    set.ignored_total() > 0,
+                    "{backend:?} {what}: counted as ignored"
+                );
+            }
+            let applied = s.apply(&set).unwrap();
+            assert_eq!(applied.written, ["lookalike/.gitx/config", "note.txt"]);
+            // The control reached the project; nothing under `.git` did.
+            assert!(fs::read_to_string(env.p().join("lookalike/.gitx/config"))
+                .unwrap()
+                .ends_with("x\n"));
+            assert_eq!(
+                snapshot(&env.p().join(".git")),
+                git_before,
+                "{backend:?} {what}"
+            );
+            assert_eq!(fs::read(env.p().join("sub/.git")).unwrap(), sub_before);
+            assert!(!env.p().join("nested").exists(), "{backend:?} {what}");
+            s.close().unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_staged_change_under_garuda_needs_its_own_question() {
+    let rows: [(&str, &str, &str); 6] = [
+        (
+            "settings rewritten",
+            "echo '{\"x\": 1}' > .garuda/settings.json",
+            ".garuda/settings.json",
+        ),
+        (
+            "new file",
+            "mkdir -p .garuda/hooks && echo x > .garuda/hooks/h",
+            ".garuda/hooks/h",
+        ),
+        (
+            "settings deleted",
+            "rm .garuda/settings.json",
+            ".garuda/settings.json",
+        ),
+        (
+            "folder replaced by a link",
+            "rm -rf .garuda && mkdir cfg && echo '{}' > cfg/s.json && ln -s cfg .garuda",
+            ".garuda",
+        ),
+        (
+            "folder replaced by a file",
+            "rm -rf .garuda && echo x > .garuda",
+            ".garuda",
+        ),
+        (
+            "nested settings",
+            "mkdir -p sub2/.garuda && echo '{}' > sub2/.garuda/settings.json",
+            "sub2/.garuda/settings.json",
+        ),
+    ];
+    for backend in backends() {
+        for (what, script, path) in rows {
+            let env = protected_env();
+            let before = snapshot(&env.p());
+            let mut s = env.session(backend);
+            let mark = s.prepare().unwrap();
+            run(&s, &format!("{script} && echo note > note.txt"));
+            let set = s.changes(&mark).unwrap();
+            let marked: Vec<&str> = set
+                .garuda_settings()
+                .iter()
+                .map(|c| c.path.as_str())
+                .collect();
+            assert!(marked.contains(&path), "{backend:?} {what}: {marked:?}");
+            assert!(set.can_apply(), "{backend:?} {what}");
+            let text = render(&set, &s);
+            assert!(
+                text.contains(&format!("{path} (Garuda settings: needs its own question)"))
+                    || text.contains(&format!("{path} -> ")),
+                "{backend:?} {what}: {text}"
+            );
+            assert!(text.contains("Garuda's project settings change"), "{text}");
+            // A plain apply refuses the whole change and writes nothing.
+            match s.apply(&set) {
+                Err(StagingError::GarudaSettings { paths }) => {
+                    assert!(paths.iter().any(|p| p == path), "{what}: {paths:?}")
+                }
+                other => panic!("{backend:?} {what}: {other:?}"),
+            }
+            assert_eq!(
+                snapshot(&env.p()),
+                before,
+                "{backend:?} {what}: nothing applied"
+            );
+            // The control: the explicit opt-in applies it.
+            s.apply_with_garuda_settings(&set).unwrap();
+            assert_eq!(
+                fs::read_to_string(env.p().join("note.txt")).unwrap(),
+                "note\n"
+            );
+            assert_ne!(
+                snapshot(&env.p()),
+                before,
+                "{backend:?} {what}: applied with the opt-in"
+            );
+            s.close().unwrap();
+        }
+    }
+}

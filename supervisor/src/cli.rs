@@ -30,8 +30,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use garuda_policy::engine::{Context as DecideContext, Engine, Request};
 use garuda_policy::{
-    CommandMode, EffectiveSettings, ExecutorChoice, Flags, GitGuard, HostEnv, SourceKind,
-    SourcePaths, StagingBackend,
+    CommandMode, EffectiveSettings, ExecutorChoice, Flags, HostEnv, SourceKind, SourcePaths,
+    StagingBackend,
 };
 use garuda_staging::{BackendChoice, Session, StagingError};
 use garuda_text::visible;
@@ -952,14 +952,8 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
         "timeout_s": timeout,
     }))?;
     if !staged {
-        let guard = GitGuard::snapshot(&policy);
         let (outcome, interrupted, _signals) =
             run_forwarding_signals(&*selection.executor, &spec, &policy, mode);
-        // Every process of the command is gone: nothing can race the guard.
-        let violations: Vec<String> = guard.restore().iter().map(|v| v.to_string()).collect();
-        for v in &violations {
-            eprintln!("garuda: git guard: {}", visible(v));
-        }
         let outcome = outcome.map_err(|e| anyhow!(e))?;
         let code = finish(&outcome, capture, interrupted);
         let blocked = network
@@ -968,7 +962,7 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
             .unwrap_or_default();
         recorder.event(
             "command_result",
-            result_event(&outcome, &blocked, None, &violations, interrupted),
+            result_event(&outcome, &blocked, None, interrupted),
         )?;
         return Ok(code);
     }
@@ -1020,7 +1014,7 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
         .unwrap_or_default();
     recorder.event(
         "command_result",
-        result_event(&outcome, &blocked, Some(staged_result), &[], interrupted),
+        result_event(&outcome, &blocked, Some(staged_result), interrupted),
     )?;
     Ok(code)
 }
@@ -1030,7 +1024,6 @@ fn result_event(
     outcome: &executor::Outcome,
     blocked: &[String],
     staged: Option<&str>,
-    git_guard: &[String],
     interrupted: Option<i32>,
 ) -> serde_json::Value {
     let (status, detail) = match outcome.status {
@@ -1045,7 +1038,6 @@ fn result_event(
         "duration_ms": u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
         "blocked": blocked,
         "staged": staged,
-        "git_guard": git_guard,
         "interrupted_by_signal": interrupted,
     })
 }
@@ -1110,8 +1102,11 @@ fn apply_error_code(e: &StagingError) -> i32 {
         | StagingError::LinkOutOfRoot { .. }
         | StagingError::Conflict { .. }
         | StagingError::StagedChanged { .. }
-        | StagingError::Unsupported { .. } => APPLY_REFUSED,
+        | StagingError::Unsupported { .. }
+        | StagingError::UnsafeProjectPath { .. }
+        | StagingError::GarudaSettings { .. } => APPLY_REFUSED,
         StagingError::Io { .. }
+        | StagingError::RecoveryStopped { .. }
         | StagingError::Journal { .. }
         | StagingError::CommitUnfinished { .. }
         | StagingError::ProjectNotDir { .. }
@@ -1158,17 +1153,33 @@ fn run_staged(
     } else {
         Some(STAGED_DISCARDED)
     };
+    // Changes to Garuda's own settings need a yes of their own, asked on the terminal only.
+    let asked = decision.is_none();
     let decision = match decision {
         Some(d) => d,
         None => ask_apply_or_discard(set.can_apply())?,
     };
+    let settings = !set.garuda_settings().is_empty();
     let (what, not_applied) = match decision {
         Decision::Apply if !set.can_apply() => {
             session.discard(&set)?;
             eprintln!("garuda: the change cannot be applied (see above); it was discarded and the project did not change");
             ("discarded (could not be applied)", Some(APPLY_REFUSED))
         }
-        Decision::Apply => match session.apply(&set) {
+        Decision::Apply if settings && !(asked && ask_garuda_settings()?) => {
+            session.discard(&set)?;
+            if asked {
+                eprintln!("garuda: not applied: the change touches Garuda's project settings (.garuda/); it was discarded and the project did not change");
+            } else {
+                eprintln!("garuda: nothing was applied: the change touches Garuda's project settings (.garuda/), which --apply never applies on its own; run the command again without --apply, on a terminal, to answer a question of its own for them, or make that change to .garuda/ yourself. The change was discarded and the project did not change");
+            }
+            ("refused (touches Garuda's settings)", Some(APPLY_REFUSED))
+        }
+        Decision::Apply => match if settings {
+            session.apply_with_garuda_settings(&set)
+        } else {
+            session.apply(&set)
+        } {
             Ok(applied) => {
                 eprintln!("garuda: applied: {applied}");
                 ("applied", None)
@@ -1207,6 +1218,19 @@ fn run_staged(
         }
     };
     Ok((outcome, what, interrupted, not_applied))
+}
+
+/// The second question, for a change that touches `.garuda/` (asked after "apply"): settings
+/// can loosen what later commands may do, so they get a yes of their own. Anything but `y`
+/// or `yes` (or the end of input) is a no.
+fn ask_garuda_settings() -> Result<bool> {
+    use std::io::BufRead;
+    eprint!("This change also writes Garuda's project settings (.garuda/, listed above), which can loosen what later commands may do. Apply them too? [y/N] ");
+    let mut line = String::new();
+    if std::io::stdin().lock().read_line(&mut line)? == 0 {
+        return Ok(false);
+    }
+    Ok(matches!(line.trim(), "y" | "yes"))
 }
 
 /// Ask on the terminal. Without one, discard and say so: an unattended run never applies a

@@ -387,38 +387,26 @@ fn inherited_descriptors_do_not_reach_the_command() {
         .contains("leaked"));
 }
 
+/// A `commondir` would send the host's git to a config and hooks of the command's choosing.
+/// The whole `.git` is read-only now, so a command cannot create one (before, it could, and a
+/// guard removed it afterwards). The control: the host executor creates it.
 #[test]
-fn a_commondir_created_by_a_command_is_removed_after_it() {
-    let w = world();
-    std::fs::create_dir_all(w.project.join(".git/hooks")).unwrap();
-    std::fs::write(w.project.join(".git/config"), "").unwrap();
+fn a_command_cannot_create_a_commondir() {
+    let script = "echo ../../evil > .git/commondir && cat .git/commondir";
     for executor in ["landlock", "bubblewrap"] {
-        // The write itself succeeds inside (`.git` stays writable for git's own use): that is
-        // the attack the guard exists for.
-        let out = sandbox(
-            &w,
-            &["--executor", executor],
-            &[
-                "sh",
-                "-c",
-                "echo ../../evil > .git/commondir && cat .git/commondir",
-            ],
-        );
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{executor}: {}",
-            text(&out.stderr)
-        );
-        assert_eq!(text(&out.stdout), "../../evil\n", "{executor}");
-        assert!(
-            text(&out.stderr).contains("git guard"),
-            "{executor}: {}",
-            text(&out.stderr)
-        );
+        let w = world();
+        let out = sandbox(&w, &["--executor", executor], &["sh", "-c", script]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{executor}: {err}");
+        assert!(err.contains("Read-only file system"), "{executor}: {err}");
         assert!(
             !w.project.join(".git/commondir").exists(),
-            "{executor}: commondir left behind"
+            "{executor}: commondir created"
         );
     }
+    let w = world();
+    let out = sandbox(&w, &["--executor", "host"], &["sh", "-c", script]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "../../evil\n");
+    assert!(w.project.join(".git/commondir").exists());
 }

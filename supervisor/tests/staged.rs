@@ -49,6 +49,9 @@ fn world() -> World {
     std::fs::write(project.join(".gitignore"), "target/\n.env\n").unwrap();
     git(&["add", "-A"]);
     git(&["commit", "-qm", "init"]);
+    // Every run makes `<project>/.garuda` (empty, read-only to commands) when it is missing;
+    // made here so that "byte-identical" compares the project as garuda leaves it.
+    std::fs::create_dir_all(project.join(".garuda")).unwrap();
     World {
         project: project.canonicalize().unwrap(),
         home,
@@ -334,6 +337,125 @@ fn an_interrupted_apply_is_completed_or_rolled_back_at_the_next_start() {
                 .filter(|(p, _)| p.contains("garuda-apply"))
                 .collect();
             assert!(leftovers.is_empty(), "{leftovers:?}");
+        }
+    }
+}
+
+/// A staged change under `.garuda/` (possible when `.garuda` is a link, which staged mode
+/// allows: the command replaces the link in its view) is shown, and `--apply` alone never
+/// applies it: the whole change is refused and the project does not change. The control: the
+/// same change without `.garuda` is applied by `--apply`.
+#[test]
+fn apply_alone_never_applies_a_change_to_garuda_settings() {
+    let plant = "rm .garuda && mkdir .garuda && echo '{\"x\": 1}' > .garuda/settings.json && echo note > note.txt";
+    for executor in EXECUTORS {
+        let w = world();
+        std::fs::remove_dir(w.project.join(".garuda")).unwrap();
+        std::fs::create_dir_all(w.project.join("cfg/garuda")).unwrap();
+        std::os::unix::fs::symlink("cfg/garuda", w.project.join(".garuda")).unwrap();
+        let before = snapshot(&w.project);
+        let out = garuda_in(
+            &w,
+            &["--executor", executor, "--staged", "--apply"],
+            plant,
+            &[],
+        );
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(".garuda/settings.json (Garuda settings: needs its own question)"),
+            "{executor}: {err}"
+        );
+        assert!(
+            err.contains("--apply never applies on its own"),
+            "{executor}: {err}"
+        );
+        assert_eq!(snapshot(&w.project), before, "{executor}: nothing applied");
+        assert_eq!(
+            std::fs::read_link(w.project.join(".garuda")).unwrap(),
+            Path::new("cfg/garuda")
+        );
+
+        // The control: the same files under another name are applied.
+        let w = world();
+        let out = garuda_in(
+            &w,
+            &["--executor", executor, "--staged", "--apply"],
+            "mkdir lookalike && echo '{}' > lookalike/settings.json && echo note > note.txt",
+            &[],
+        );
+        assert!(
+            text(&out.stderr).contains("applied"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert_eq!(read(&w.project.join("note.txt")), "note\n");
+    }
+}
+
+/// On a terminal, a change to `.garuda/` gets a question of its own after "apply": `n` (or
+/// anything but `y`) applies nothing at all, `y` applies the whole change (the control that
+/// the question is what decides). `script` gives garuda the terminal; the answers are typed in
+/// advance.
+#[test]
+fn on_a_terminal_garuda_settings_get_a_question_of_their_own() {
+    let has_script = Command::new("script")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_script {
+        assert!(
+            std::env::var("GARUDA_ALLOW_NO_SCRIPT").is_ok_and(|v| v == "1"),
+            "`script` (util-linux) is needed to give garuda a terminal; set GARUDA_ALLOW_NO_SCRIPT=1 to accept NOT TESTED"
+        );
+        eprintln!("NOT TESTED: the terminal question (no `script`)");
+        return;
+    }
+    // Re-points the `.garuda` link (possible in staged mode) to settings of the command's own.
+    let plant = "mkdir other && echo x > other/settings.json && rm .garuda && ln -s other .garuda && echo note > note.txt";
+    for executor in EXECUTORS {
+        for (answers, applied) in [("a\nn\n", false), ("a\ny\n", true)] {
+            let w = world();
+            std::fs::remove_dir(w.project.join(".garuda")).unwrap();
+            std::fs::create_dir_all(w.project.join("cfg/garuda")).unwrap();
+            std::os::unix::fs::symlink("cfg/garuda", w.project.join(".garuda")).unwrap();
+            let line = format!(
+                "{} sandbox --staged --executor {executor} --project {} -- sh -c '{plant}'",
+                garuda().display(),
+                w.project.display()
+            );
+            let mut child = Command::new("script")
+                .args(["-qec", &line, "/dev/null"])
+                .current_dir(&w.project)
+                .env("HOME", &w.home)
+                .env_remove("GARUDA_HOME")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(answers.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            let shown = text(&out.stdout);
+            assert!(
+                shown.contains("Apply them too? [y/N]"),
+                "{executor}: the separate question: {shown}"
+            );
+            let link = std::fs::read_link(w.project.join(".garuda")).unwrap();
+            if applied {
+                assert_eq!(link, Path::new("other"), "{executor}: {shown}");
+                assert_eq!(read(&w.project.join("note.txt")), "note\n");
+            } else {
+                assert_eq!(link, Path::new("cfg/garuda"), "{executor}: {shown}");
+                assert!(
+                    !w.project.join("note.txt").exists(),
+                    "{executor}: all or nothing"
+                );
+            }
         }
     }
 }

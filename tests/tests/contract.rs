@@ -505,7 +505,8 @@ fn cases(fx: &Fixture, kind: ExecutorKind) -> Vec<Case> {
         iso(ok()),
     );
 
-    // Git metadata: hooks and config stay read-only, in every repository.
+    // Git metadata: hooks and config stay read-only, in every repository (each git directory
+    // is read-only as a whole).
     for (name_hooks, name_config, git) in [
         ("git-hooks", "git-config", proj(".git")),
         ("nested-git-hooks", "nested-git-config", proj("sub/.git")),
@@ -533,7 +534,8 @@ fn cases(fx: &Fixture, kind: ExecutorKind) -> Vec<Case> {
     // Replacing git metadata instead of writing it: renaming `.git` (or a folder above it)
     // away and putting a fresh copy with writable hooks in its place. Every folder between the
     // project root and a read-only path is a mount point in the sandbox, which cannot be
-    // renamed (EBUSY). The `.git` pointer file of a worktree is itself read-only.
+    // renamed (EBUSY), and so is `.git` itself, a read-only mount point. The `.git` pointer file
+    // of a worktree is itself read-only.
     add(
         "git-dir-rename",
         probe_argv(&[
@@ -560,6 +562,46 @@ fn cases(fx: &Fixture, kind: ExecutorKind) -> Vec<Case> {
             let p = proj("wt2/.git");
             Box::new(move || std::fs::read_to_string(&p).is_ok_and(|c| c.contains("probe")))
         }),
+        iso(ok()),
+    );
+
+    // Git directories are read-only as a whole: files git would read that do not exist yet
+    // cannot be created either (`config.worktree` with `extensions.worktreeConfig`, a
+    // `commondir` sending git to a config and hooks of the command's), while the data a
+    // command legitimately writes (objects, refs) stays writable. `tests/git_metadata.rs` runs
+    // the full attacks, with the host's git running what the negative control planted.
+    for (name, path) in [
+        ("git-config-worktree-created", proj(".git/config.worktree")),
+        ("git-commondir-created", proj("sub/.git/commondir")),
+        ("git-new-file-in-git-dir", proj(".git/future-config")),
+    ] {
+        add(
+            name,
+            probe_argv(&[&"write", &path]),
+            errno("EROFS"),
+            Some(exists(path)),
+            iso(ok()),
+        );
+    }
+    for (name, path) in [
+        ("git-objects-writable", proj(".git/objects/made-by-probe")),
+        ("git-refs-writable", proj(".git/refs/made-by-probe")),
+    ] {
+        add(
+            name,
+            probe_argv(&[&"write", &path]),
+            ok(),
+            Some(content_is(path, PROBE_WROTE)),
+            Role::Positive,
+        );
+    }
+    // `.garuda` is read-only whether it exists or not: the fixture has none, so the policy
+    // created an empty one, and nothing can be planted in it.
+    add(
+        "garuda-settings-planted",
+        probe_argv(&[&"write", &proj(".garuda/settings.json")]),
+        errno("EROFS"),
+        Some(exists(proj(".garuda/settings.json"))),
         iso(ok()),
     );
 

@@ -90,7 +90,7 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
                 "--remount-ro".as_ref(),
                 p.as_os_str(),
             ]),
-            Op::Writable(p) | Op::Pin(p) => {
+            Op::Writable(p) | Op::Pin(p) | Op::WritableHole(p) => {
                 push(&["--bind".as_ref(), p.as_os_str(), p.as_os_str()])
             }
             Op::ReadOnly(p) => push(&["--ro-bind".as_ref(), p.as_os_str(), p.as_os_str()]),
@@ -526,11 +526,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         std::fs::write(root.join(".env"), "K=v").unwrap();
-        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(root.join(".git/objects")).unwrap();
+        std::fs::create_dir_all(root.join("sub/.git")).unwrap();
         let policy = ExecPolicy {
             project_root: root.clone(),
             writable_roots: vec![root.clone()],
-            read_only_paths: vec![root.join(".git/hooks")],
+            read_only_paths: vec![root.join(".git"), root.join("sub/.git")],
+            writable_holes: vec![root.join(".git/objects")],
             unreadable_paths: vec![root.join(".env")],
             hidden_dirs: vec![PathBuf::from("/run")],
             network,
@@ -566,8 +568,10 @@ mod tests {
             "--tmpfs", "/tmp",
             "--tmpfs", "/run", "--remount-ro", "/run",
             "--bind", "$ROOT", "$ROOT",
-            "--bind", "$ROOT/.git", "$ROOT/.git",
-            "--ro-bind", "$ROOT/.git/hooks", "$ROOT/.git/hooks",
+            "--bind", "$ROOT/sub", "$ROOT/sub",
+            "--ro-bind", "$ROOT/.git", "$ROOT/.git",
+            "--ro-bind", "$ROOT/sub/.git", "$ROOT/sub/.git",
+            "--bind", "$ROOT/.git/objects", "$ROOT/.git/objects",
             "--perms", "0000", "--ro-bind-data", "9", "$ROOT/.env",
             "--chdir", "$ROOT",
             "--add-seccomp-fd", "7",
@@ -593,8 +597,10 @@ mod tests {
             "--tmpfs", "/tmp",
             "--tmpfs", "/run", "--remount-ro", "/run",
             "--bind", "$ROOT", "$ROOT",
-            "--bind", "$ROOT/.git", "$ROOT/.git",
-            "--ro-bind", "$ROOT/.git/hooks", "$ROOT/.git/hooks",
+            "--bind", "$ROOT/sub", "$ROOT/sub",
+            "--ro-bind", "$ROOT/.git", "$ROOT/.git",
+            "--ro-bind", "$ROOT/sub/.git", "$ROOT/sub/.git",
+            "--bind", "$ROOT/.git/objects", "$ROOT/.git/objects",
             "--perms", "0000", "--ro-bind-data", "9", "$ROOT/.env",
             "--chdir", "$ROOT",
             "--add-seccomp-fd", "7",

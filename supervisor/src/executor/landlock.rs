@@ -261,7 +261,7 @@ fn build_mounts(
     }
     let mut sources = Vec::new();
     for op in &ops {
-        if let Op::Writable(p) | Op::Pin(p) | Op::ReadOnly(p) = op {
+        if let Op::Writable(p) | Op::Pin(p) | Op::ReadOnly(p) | Op::WritableHole(p) = op {
             sources.push(hold(p)?);
         }
     }
@@ -364,7 +364,9 @@ fn build_mounts(
                     remount_flags: libc::MS_NOSUID | libc::MS_NODEV,
                 });
             }
-            Op::Pin(p) => {
+            // A hole's source was opened before the read-only bind above it, so it is the
+            // writable folder itself; the bind's remount drops the read-only flag it inherits.
+            Op::Pin(p) | Op::WritableHole(p) => {
                 let source = next_source()?;
                 steps.push(MountStep::Bind {
                     source,
@@ -806,6 +808,7 @@ mod write_wall_tests {
             project_root: project.to_path_buf(),
             writable_roots: vec![project.to_path_buf()],
             read_only_paths: vec![],
+            writable_holes: vec![],
             unreadable_paths: vec![],
             hidden_dirs: vec![],
             network: NetworkMode::Isolated,

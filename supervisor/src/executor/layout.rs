@@ -13,12 +13,17 @@
 //!    sockets (docker, D-Bus, ssh-agent) are out of reach — a read-only mount does not stop
 //!    `connect` on a unix socket, only hiding it does;
 //! 6. writable roots (the project, package caches), bound read-write;
-//! 7. read-only paths inside them (`.git/hooks`, `.git/config`, `.garuda/`), after "pinning"
-//!    every directory between the writable root and the read-only path: each becomes a mount
-//!    point of its own (bound on itself, still writable), and a mount point cannot be renamed
-//!    or removed. Without the pins a command could `mv .git old && cp -r old .git` and write a
-//!    fresh, writable `hooks/` that the developer's next `git commit` runs on the host;
-//! 8. unreadable paths (secrets): a directory becomes an empty, read-only tmpfs with mode 000,
+//! 7. read-only paths inside them (every git directory as a whole, `.git` pointer files, what
+//!    git's configuration names, `.garuda/`), after "pinning" every directory between the
+//!    writable root and the read-only path: each becomes a mount point of its own (bound on
+//!    itself, still writable), and a mount point cannot be renamed or removed. Without the pins
+//!    a command could `mv sub old && cp -r old sub` and write a fresh, writable `sub/.git` that
+//!    the developer's next `git commit` there runs on the host;
+//! 8. writable holes inside those read-only paths (each git directory's `objects`, `refs`,
+//!    `logs`), bound read-write again; then the read-only paths that lie inside a hole, with
+//!    their own pins. A hole that is not inside a read-only path of the layout is dropped: it
+//!    must never open anything else;
+//! 9. unreadable paths (secrets): a directory becomes an empty, read-only tmpfs with mode 000,
 //!    a file an empty read-only file with mode 000 — reading fails with `EACCES`, and neither
 //!    `chmod` nor `unlink` can undo it (read-only mount, busy mount point).
 //!
@@ -60,6 +65,8 @@ pub enum Op {
     Pin(PathBuf),
     /// Re-bind a path inside a writable root read-only.
     ReadOnly(PathBuf),
+    /// Re-bind a folder inside a read-only path read-write (a git directory's `objects`).
+    WritableHole(PathBuf),
     /// Replace a directory with an empty, mode-000, read-only one.
     UnreadableDir(PathBuf),
     /// Replace a file (or socket, or device) with an empty, mode-000, read-only file.
@@ -96,28 +103,71 @@ pub fn layout(policy: &ExecPolicy) -> Vec<Op> {
         .iter()
         .filter(|p| visible(p) && !under_any(p, &hidden))
         .collect();
-    let mut pins: Vec<PathBuf> = Vec::new();
-    for p in &read_only {
-        let Some(root) = writable
+    // Holes only where they reopen part of a read-only path (never a path of their own).
+    let holes: Vec<&PathBuf> = policy
+        .writable_holes
+        .iter()
+        .filter(|h| read_only.iter().any(|r| h.starts_with(r) && h != r))
+        .collect();
+    // The innermost writable place holding `p` (a root or a hole), and whether it is a hole.
+    let container = |p: &Path| -> Option<(PathBuf, bool)> {
+        writable
             .iter()
-            .filter(|w| p.starts_with(w))
-            .max_by_key(|w| w.as_os_str().len())
-        else {
-            continue;
+            .map(|w| (w, false))
+            .chain(holes.iter().map(|h| (*h, true)))
+            .filter(|(c, _)| p.starts_with(c) && p != c.as_path())
+            .max_by_key(|(c, _)| c.as_os_str().len())
+            .map(|(c, hole)| (c.clone(), hole))
+    };
+    // Inside a read-only path and not reopened below it: cannot be renamed, needs no pin.
+    let covered = |a: &Path| {
+        let deepest = |list: &mut dyn Iterator<Item = &PathBuf>| {
+            list.filter(|p| a.starts_with(p))
+                .map(|p| p.as_os_str().len())
+                .max()
         };
-        for a in p.ancestors().skip(1) {
-            if a == root.as_path() || !a.starts_with(root) {
-                break;
-            }
-            if !read_only.iter().any(|r| a.starts_with(r)) {
-                pins.push(a.to_path_buf());
+        match (
+            deepest(&mut read_only.iter().copied()),
+            deepest(&mut holes.iter().copied()),
+        ) {
+            (Some(ro), Some(hole)) => ro > hole,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    };
+    let read_only_steps = |in_hole: bool| -> Vec<Op> {
+        let mine: Vec<&PathBuf> = read_only
+            .iter()
+            .copied()
+            .filter(|p| match container(p) {
+                Some((_, hole)) => hole == in_hole,
+                // Outside every writable place (or a whole root): bound read-only anyway.
+                None => !in_hole,
+            })
+            .collect();
+        let mut pins: Vec<PathBuf> = Vec::new();
+        for p in &mine {
+            let Some((root, _)) = container(p) else {
+                continue;
+            };
+            for a in p.ancestors().skip(1) {
+                if a == root.as_path() || !a.starts_with(&root) {
+                    break;
+                }
+                if !covered(a) {
+                    pins.push(a.to_path_buf());
+                }
             }
         }
-    }
-    pins.sort_by_key(|p| (p.components().count(), p.clone()));
-    pins.dedup();
-    ops.extend(pins.into_iter().map(Op::Pin));
-    ops.extend(read_only.into_iter().cloned().map(Op::ReadOnly));
+        pins.sort_by_key(|p| (p.components().count(), p.clone()));
+        pins.dedup();
+        let mut steps: Vec<Op> = pins.into_iter().map(Op::Pin).collect();
+        steps.extend(mine.into_iter().cloned().map(Op::ReadOnly));
+        steps
+    };
+    ops.extend(read_only_steps(false));
+    ops.extend(holes.iter().map(|h| Op::WritableHole((*h).clone())));
+    ops.extend(read_only_steps(true));
     for p in &policy.unreadable_paths {
         if !visible(p) || under_any(p, &hidden) {
             continue;
@@ -204,8 +254,17 @@ mod tests {
             project_root: root.to_path_buf(),
             writable_roots: vec![root.to_path_buf()],
             read_only_paths: vec![
-                root.join(".git/hooks"),
-                PathBuf::from("/tmp/other/.git/hooks"),
+                root.join(".git"),
+                root.join("sub/.git"),
+                root.join(".git/objects/pack/keep"),
+                PathBuf::from("/tmp/other/.git"),
+            ],
+            writable_holes: vec![
+                root.join(".git/objects"),
+                root.join(".git/refs"),
+                root.join("sub/.git/logs"),
+                // Not inside any read-only path: never opened.
+                root.join("src"),
             ],
             unreadable_paths: vec![
                 root.join(".env"),
@@ -236,8 +295,15 @@ mod tests {
                 Op::Tmp,
                 Op::Hide("/run".into()),
                 Op::Writable(root.clone()),
-                Op::Pin(root.join(".git")),
-                Op::ReadOnly(root.join(".git/hooks")),
+                Op::Pin(root.join("sub")),
+                Op::ReadOnly(root.join(".git")),
+                Op::ReadOnly(root.join("sub/.git")),
+                Op::WritableHole(root.join(".git/objects")),
+                Op::WritableHole(root.join(".git/refs")),
+                Op::WritableHole(root.join("sub/.git/logs")),
+                // A read-only path inside a hole comes after the hole, with its own pins.
+                Op::Pin(root.join(".git/objects/pack")),
+                Op::ReadOnly(root.join(".git/objects/pack/keep")),
                 Op::UnreadableFile(root.join(".env")),
                 Op::UnreadableDir(root.join("secrets")),
             ]

@@ -20,8 +20,9 @@
 //! command's own processes; `sysctl` reads (except other processes' arguments and environment);
 //! two Mach services; reading files everywhere; writing under the writable roots and the
 //! temp dir. Later rules win in SBPL, so the denials come last: writes to the read-only paths
-//! and to the directories above protected paths, reads and writes of the unreadable paths and
-//! hidden directories, and all networking.
+//! (with the writable holes inside them allowed again, and read-only paths inside a hole denied
+//! again) and to the directories above protected paths, reads and writes of the unreadable
+//! paths and hidden directories, and all networking.
 //!
 //! # Known limits
 //!
@@ -81,6 +82,7 @@ pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
 const WRITABLE_ROOT: &str = "WRITABLE_ROOT";
 const TEMP_DIR: &str = "TEMP_DIR";
 const READ_ONLY_PATH: &str = "READ_ONLY_PATH";
+const WRITABLE_HOLE: &str = "WRITABLE_HOLE";
 const PROTECTED_ANCESTOR: &str = "PROTECTED_ANCESTOR";
 const UNREADABLE_PATH: &str = "UNREADABLE_PATH";
 const HIDDEN_DIR: &str = "HIDDEN_DIR";
@@ -144,6 +146,7 @@ pub fn profile(policy: &ExecPolicy) -> SeatbeltProfile {
         project_root: _,
         writable_roots,
         read_only_paths,
+        writable_holes,
         unreadable_paths,
         hidden_dirs,
         network,
@@ -174,6 +177,20 @@ pub fn profile(policy: &ExecPolicy) -> SeatbeltProfile {
     let writable = params.filters("subpath", WRITABLE_ROOT, writable_roots);
     let temp = params.filters("subpath", TEMP_DIR, &temp_dirs);
     let read_only = params.filters("subpath", READ_ONLY_PATH, read_only_paths);
+    // Holes reopen part of a read-only path only (never a path of their own), and a
+    // read-only path inside a hole is denied again after it.
+    let holes_in: Vec<PathBuf> = writable_holes
+        .iter()
+        .filter(|h| read_only_paths.iter().any(|r| h.starts_with(r) && h != &r))
+        .cloned()
+        .collect();
+    let hole = params.filters("subpath", WRITABLE_HOLE, &holes_in);
+    let read_only_in_holes: Vec<PathBuf> = read_only_paths
+        .iter()
+        .filter(|r| holes_in.iter().any(|h| r.starts_with(h)))
+        .cloned()
+        .collect();
+    let read_only_again = params.filters("subpath", READ_ONLY_PATH, &read_only_in_holes);
     let ancestor = params.filters("literal", PROTECTED_ANCESTOR, &ancestors);
     let unreadable = params.filters("subpath", UNREADABLE_PATH, unreadable_paths);
     let hidden = params.filters("subpath", HIDDEN_DIR, hidden_dirs);
@@ -190,6 +207,18 @@ pub fn profile(policy: &ExecPolicy) -> SeatbeltProfile {
         "Protected paths inside the writable roots stay read-only.",
         "deny file-write*",
         &read_only,
+    );
+    push_rule(
+        &mut text,
+        "Inside them, the parts a command may write (a git directory's objects, refs, logs).",
+        "allow file-write*",
+        &hole,
+    );
+    push_rule(
+        &mut text,
+        "Protected paths inside those parts stay read-only.",
+        "deny file-write*",
+        &read_only_again,
     );
     push_rule(
         &mut text,
@@ -410,6 +439,7 @@ fn preflight(cmd: &CommandSpec, policy: &ExecPolicy) -> Result<PathBuf, ExecErro
         .writable_roots
         .iter()
         .chain(&policy.read_only_paths)
+        .chain(&policy.writable_holes)
         .chain(&policy.unreadable_paths)
         .chain(&policy.hidden_dirs);
     for path in policy_paths {
@@ -589,6 +619,7 @@ mod tests {
                 .map_or_else(|| PathBuf::from("/p"), PathBuf::from),
             writable_roots: paths(writable),
             read_only_paths: paths(read_only),
+            writable_holes: Vec::new(),
             unreadable_paths: paths(unreadable),
             hidden_dirs: paths(hidden),
             network: NetworkMode::Isolated,
@@ -681,6 +712,36 @@ mod tests {
         .map(|(name, path)| (name.to_string(), PathBuf::from(path)))
         .collect();
         assert_eq!(profile.params, expected);
+    }
+
+    /// Writable holes are allowed after the read-only paths they reopen, only when they lie
+    /// inside one, and a read-only path inside a hole is denied again right after.
+    #[test]
+    fn holes_reopen_only_parts_of_read_only_paths() {
+        let mut policy = small_policy();
+        policy.read_only_paths = paths(&["/work/proj/.git", "/work/proj/.git/objects/keep"]);
+        policy.writable_holes = paths(&["/work/proj/.git/objects", "/work/proj/src"]);
+        let profile = profile(&policy);
+        let at = |needle: &str| {
+            profile
+                .text
+                .find(needle)
+                .unwrap_or_else(|| panic!("{needle:?} not in\n{}", profile.text))
+        };
+        let read_only = at("(deny file-write*\n  (subpath (param \"READ_ONLY_PATH_0\"))\n  (subpath (param \"READ_ONLY_PATH_1\")))");
+        let hole = at("(allow file-write*\n  (subpath (param \"WRITABLE_HOLE_0\")))");
+        let again = at("(deny file-write*\n  (subpath (param \"READ_ONLY_PATH_1\")))");
+        let ancestors = at("; Directories above a protected path");
+        assert!(read_only < hole && hole < again && again < ancestors);
+        assert!(profile.params.contains(&(
+            "WRITABLE_HOLE_0".to_string(),
+            PathBuf::from("/work/proj/.git/objects")
+        )));
+        assert!(!profile
+            .params
+            .iter()
+            .any(|(_, p)| p == Path::new("/work/proj/src")));
+        assert_no_dangling_rule(&profile.text);
     }
 
     /// Proxy mode: the same profile, plus outbound TCP to the bridge's loopback port only. The

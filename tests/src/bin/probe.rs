@@ -137,6 +137,44 @@ fn write_fd(fd: libc::c_long) -> String {
     line
 }
 
+/// Creates (or truncates) `path` with mode 0755, so that a planted hook can run, and writes
+/// `text` into it.
+fn put(path: &CString, text: &OsString) -> String {
+    // SAFETY: `path` is a valid NUL-terminated string; flags and mode are constants.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+            0o755,
+        )
+    };
+    if fd < 0 {
+        return outcome(-1);
+    }
+    let data = text.as_bytes();
+    // SAFETY: `data` is a valid buffer of the given length; `fd` is open.
+    let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+    let m = if n < 0 {
+        -1
+    } else {
+        // SAFETY: `fd` is open; the mode is a constant (the umask may have removed bits).
+        unsafe { libc::fchmod(fd, 0o755) }
+    };
+    let line = outcome(libc::c_long::from(m));
+    close(libc::c_long::from(fd));
+    line
+}
+
+fn unlink(path: &CString) -> libc::c_long {
+    // SAFETY: valid C string.
+    libc::c_long::from(unsafe { libc::unlink(path.as_ptr()) })
+}
+
+fn mkdir(path: &CString) -> libc::c_long {
+    // SAFETY: valid C string; the mode is a constant.
+    libc::c_long::from(unsafe { libc::mkdir(path.as_ptr(), 0o755) })
+}
+
 fn parse_addr(arg: &OsString) -> Result<std::net::SocketAddrV4, String> {
     arg.to_str()
         .and_then(|s| s.parse().ok())
@@ -669,6 +707,7 @@ const USAGE: &str = "usage: garuda-probe SUBCOMMAND [ARGS]
   read|write|append|chmod|utimes|setxattr PATH
   symlink-write TARGET LINK    hardlink SRC DST
   swap-loop A B STOP
+  unlink|mkdir PATH    put PATH TEXT    replace PATH TEXT    replace-dir PATH NAME TEXT
   tcp-connect ADDR:PORT        udp-send ADDR:PORT
   unix-connect PATH
   tiocsti | ptrace-parent | ptrace-bogus | process-vm-readv | io-uring | unshare-user
@@ -772,6 +811,41 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
         "swap-loop" => {
             expect_args(3)?;
             swap_loop(&cstr(arg(0)?)?, &cstr(arg(1)?)?, &cstr(arg(2)?)?)
+        }
+        "unlink" => {
+            expect_args(1)?;
+            outcome(unlink(&cstr(arg(0)?)?))
+        }
+        "mkdir" => {
+            expect_args(1)?;
+            outcome(mkdir(&cstr(arg(0)?)?))
+        }
+        "put" => {
+            expect_args(2)?;
+            put(&cstr(arg(0)?)?, arg(1)?)
+        }
+        // Replacing a link (or file) instead of writing through it: remove the entry, then
+        // put a file of the command's own in its place. The first failing step answers.
+        "replace" => {
+            expect_args(2)?;
+            let path = cstr(arg(0)?)?;
+            match unlink(&path) {
+                r if r < 0 => outcome(r),
+                _ => put(&path, arg(1)?),
+            }
+        }
+        // The same with a folder: remove the entry, make a folder there, put NAME in it.
+        "replace-dir" => {
+            expect_args(3)?;
+            let path = cstr(arg(0)?)?;
+            let mut file = arg(0)?.clone();
+            file.push("/");
+            file.push(arg(1)?);
+            if unlink(&path) < 0 || mkdir(&path) < 0 {
+                outcome(-1)
+            } else {
+                put(&cstr(&file)?, arg(2)?)
+            }
         }
         "tcp-connect" => {
             expect_args(1)?;
