@@ -2250,6 +2250,17 @@ fn coverage(opts: &VerifyOptions, report: &Report, witnessed_all: bool) -> Cover
     } else if !witnessed_all {
         notes.push("the witness does not hold the final checkpoint of every session".into());
     }
+    let pruned: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.code == Code::Pruned)
+        .collect();
+    if !pruned.is_empty() {
+        notes.push(format!(
+            "retention pruned the oldest sessions of {} journal(s): only their sealed heads remain, and nothing about their lines can be checked any more",
+            pruned.len()
+        ));
+    }
     if report.findings.iter().any(|f| f.code == Code::OpenSession) {
         notes.push(
             "lines an open session wrote after its last checkpoint are covered by no evidence"
@@ -2658,7 +2669,10 @@ fn check_lanes(
             .info
             .and_then(|r| r.lanes.get(&(dir_name.to_string(), info.lane)))
         {
-            closed_after_ckpt.insert(rec.session.clone());
+            if rec.index_lines > 0 {
+                // A close record (a "creating project" record has no lines).
+                closed_after_ckpt.insert(rec.session.clone());
+            }
             findings.extend(journal_reaches(
                 path,
                 &info.line_hashes,

@@ -270,8 +270,14 @@ impl SessionWriter {
             )?;
             fsx::ensure_private_dir(&dir, uid)?;
             if cfg.fsync {
-                // The folder's entry must be on disk before the intent that lives in it.
+                // The folder's entry must be on disk before the intent that lives in it (and,
+                // on the first run of all, the audit root's and the register's entries).
                 fsx::fsync_dir(&cfg.audit_root)?;
+                if root_meta.is_none() || register_meta.is_none() {
+                    if let Some(home) = cfg.audit_root.parent() {
+                        fsx::fsync_dir(home)?;
+                    }
+                }
             }
         } else {
             fsx::ensure_private_dir(&dir, uid)?;

@@ -284,3 +284,41 @@ fn a_witness_sees_the_newest_session_cut() {
     assert_eq!(code, 1, "{report}");
     assert!(!report.contains("WITNESS_AHEAD"), "{report}");
 }
+
+#[test]
+fn retention_in_the_user_policy_prunes_and_verify_says_so() {
+    let w = world();
+    std::fs::create_dir_all(w.home.join(".garuda")).unwrap();
+    std::fs::write(
+        w.home.join(".garuda/policy.json"),
+        r#"{"audit": {"retention": {"sessions": 1}}}"#,
+    )
+    .unwrap();
+    // A session is pruned once 64 are due (garuda's batch): the 66th run finds 65 before it,
+    // keeps the newest one and itself.
+    for _ in 0..66 {
+        let out = w.garuda(&["sandbox", "--executor", "host", "--", "true"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    assert_eq!(w.sessions().len(), 3, "the pruned record and two sessions");
+    let (code, report) = w.verify();
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        report.contains("journal.jsonl:1 (byte 0) PRUNED [warning]: 64 session(s) from "),
+        "{report}"
+    );
+    // Negative control: a project file cannot prune the log.
+    std::fs::create_dir_all(w.project.join(".garuda")).unwrap();
+    std::fs::write(
+        w.project.join(".garuda/settings.json"),
+        r#"{"audit": {"retention": {"sessions": 1}}}"#,
+    )
+    .unwrap();
+    let out = w.garuda(&["sandbox", "--executor", "host", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("audit.retention"),
+        "{}",
+        text(&out.stderr)
+    );
+}
