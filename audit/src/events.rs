@@ -197,6 +197,12 @@ pub struct TailEvent {
     pub last_at: u64,
     /// The session's number of lines.
     pub session_lines: u64,
+    /// Sessions in the journal (the closing one included; after a prune, those kept).
+    #[serde(default)]
+    pub sessions: u64,
+    /// Closes since retention last read the whole journal to see what is due.
+    #[serde(default)]
+    pub unchecked: u64,
 }
 
 /// One project lane's last record in the register, as the register tail carries it.

@@ -52,6 +52,10 @@ pub(crate) struct LaneStart {
     pub legacy_index: Option<LegacyIndex>,
     /// Whether the lane's checkpoint file exists.
     pub ckpt_exists: bool,
+    /// Sessions in the journal before this one, and closes since retention last looked
+    /// (`u64::MAX`: unknown, look at the next close).
+    pub sessions: u64,
+    pub unchecked: u64,
 }
 
 /// How a segment ended: its complete lines, its last line's hash, and whether its last two
@@ -426,17 +430,18 @@ pub(crate) fn start(
     }
     let mut recorded = journal_time.max(tail.as_ref().and_then(|t| t.time_ms));
     let mut live = false;
-    if let Ok(rd) = std::fs::read_dir(ctx.dir) {
-        for e in rd.filter_map(Result::ok) {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if let Some((lane, "jsonl")) = journal::parse_lane_file(&name) {
-                if lane != lock.lane {
-                    let (l, t) = other_lane(ctx, lane, secret);
-                    live |= l;
-                    recorded = recorded.max(t);
-                }
+    // Lanes are created in order and never removed: probe them by name (not by listing the
+    // folder, which may hold an old layout's thousands of files).
+    for lane in (0..journal::MAX_LANES).filter(|&l| l != lock.lane) {
+        if std::fs::symlink_metadata(ctx.dir.join(journal::journal_file_name(lane))).is_err() {
+            if lane > lock.lane {
+                break;
             }
+            continue;
         }
+        let (l, t) = other_lane(ctx, lane, secret);
+        live |= l;
+        recorded = recorded.max(t);
     }
     if legacy_index.is_some() {
         // The old layout's files were written before: its own record is the index's.
@@ -456,6 +461,10 @@ pub(crate) fn start(
     }
     let ckpt_exists =
         std::fs::symlink_metadata(ctx.dir.join(journal::lane_ckpt_file_name(lock.lane))).is_ok();
+    let (sessions_before, unchecked) = match (&tail, fast) {
+        (Some(t), Some(_)) => (t.event.sessions + sessions.len() as u64, t.event.unchecked),
+        _ => (sessions.len() as u64, u64::MAX),
+    };
     Ok(LaneStart {
         bytes,
         lines: total_lines,
@@ -466,5 +475,7 @@ pub(crate) fn start(
         unverified,
         legacy_index,
         ckpt_exists,
+        sessions: sessions_before,
+        unchecked,
     })
 }

@@ -440,12 +440,18 @@ impl LockedRegister {
                 view.set_record(lane_record(ev));
             }
         }
-        Ok(LockedRegister {
+        let reg = LockedRegister {
             file,
             path: path.to_path_buf(),
             uid,
             view,
-        })
+        };
+        // Rebuilt with the secret: write the tail state again, or it would stay stale (a
+        // closing writer, without the secret, cannot rebuild it).
+        if reg.view.lines > 0 {
+            reg.write_tail(session, tail_key)?;
+        }
+        Ok(reg)
     }
 
     /// Appends one record (MACed under the session's register `key`), syncs it when `sync`,
@@ -492,10 +498,18 @@ impl LockedRegister {
         if !self.view.records_known {
             return Ok(());
         }
+        self.write_tail(&ev.session, tail_key)
+    }
+
+    fn write_tail(
+        &self,
+        session: &str,
+        tail_key: &crate::keys::MacKey,
+    ) -> Result<(), crate::AuditError> {
         let tail = crate::events::RegisterTailEvent {
-            session: ev.session.clone(),
-            project: ev.project.clone(),
-            key_id: ev.key_id.clone(),
+            session: session.to_string(),
+            project: String::new(),
+            key_id: String::new(),
             bytes: self.view.bytes,
             lines: self.view.lines,
             last_at: self.view.last_at,

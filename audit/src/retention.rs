@@ -47,6 +47,8 @@ pub(crate) struct Pruned {
     pub bytes: u64,
     pub lines: u64,
     pub last_at: u64,
+    /// Sessions kept.
+    pub sessions: u64,
 }
 
 fn line_kind_time(bytes: &[u8]) -> Option<(String, u64)> {
@@ -239,5 +241,6 @@ pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditErr
         bytes: all.len() as u64,
         lines: lines.len() as u64,
         last_at: lines.last().map_or(0, |(o, _)| *o),
+        sessions: (sessions.len() - due) as u64,
     }))
 }

@@ -1862,7 +1862,7 @@ fn verify_project(
                     let pruned = lane_infos
                         .iter()
                         .filter_map(|l| l.pruned.as_ref())
-                        .any(|p| id <= p.last.session.as_str());
+                        .any(|p| started_by(id, &p.last.session));
                     let Some(st) = pos.get(id).map(|&i| &mut states[i]) else {
                         if pruned {
                             continue;
@@ -2272,6 +2272,17 @@ fn coverage(opts: &VerifyOptions, report: &Report, witnessed_all: bool) -> Cover
         same_user_processes: same_user,
         anyone: witnessed_all,
         notes,
+    }
+}
+
+/// Whether session `id` started no later than session `last` (ids begin with the UTC start
+/// second; within a second their order is not known, so a session of the same second counts).
+/// Used only to excuse evidence of sessions retention pruned: a kept session removed by someone
+/// else is still named by the session after it.
+fn started_by(id: &str, last: &str) -> bool {
+    match (id.get(..16), last.get(..16)) {
+        (Some(a), Some(b)) => a <= b,
+        _ => false,
     }
 }
 
@@ -2706,7 +2717,7 @@ fn check_lanes(
                         let pruned = origin_session.as_deref().is_some_and(|id| {
                             info.pruned
                                 .as_ref()
-                                .is_some_and(|p| id <= p.last.session.as_str())
+                                .is_some_and(|p| started_by(id, &p.last.session))
                         });
                         if !pruned {
                             findings.push(Finding::new(

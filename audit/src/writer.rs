@@ -154,6 +154,9 @@ struct JournalState {
     ckpt_existed: bool,
     retention: Option<Retention>,
     prune_batch: u64,
+    /// Sessions in the journal before this one; closes since retention last looked.
+    sessions: u64,
+    unchecked: u64,
 }
 
 impl std::fmt::Debug for SessionWriter {
@@ -373,6 +376,8 @@ impl SessionWriter {
                 ckpt_existed: st.ckpt_exists,
                 retention: cfg.retention,
                 prune_batch: cfg.prune_batch,
+                sessions: st.sessions,
+                unchecked: st.unchecked,
             }),
         };
         drop(secret);
@@ -681,7 +686,19 @@ impl SessionWriter {
     /// writer from the files.
     fn close_journal(&mut self) -> Result<(), AuditError> {
         if let Some(j) = &mut self.journal {
-            if let Some(retention) = j.retention {
+            j.sessions += 1;
+            j.unchecked = j.unchecked.saturating_add(1);
+            // Reading the whole journal to see what is due is done only when something can be:
+            // sessions beyond what is kept by count, or (by age) once every batch of closes.
+            let look = j.retention.is_some_and(|r| {
+                let by_count = r.sessions.is_none_or(|keep| {
+                    j.sessions.saturating_sub(1).saturating_sub(keep) >= j.prune_batch
+                });
+                let by_age = r.days.is_none() || j.unchecked >= j.prune_batch;
+                by_count && by_age
+            });
+            if let Some(retention) = j.retention.filter(|_| look) {
+                j.unchecked = 0;
                 let args = crate::retention::PruneArgs {
                     dir: &self.dir,
                     lane: j.lane,
@@ -704,6 +721,7 @@ impl SessionWriter {
                     j.bytes = p.bytes;
                     j.lines = p.lines;
                     j.last_at = p.last_at;
+                    j.sessions = p.sessions;
                 }
             }
         }
@@ -743,6 +761,8 @@ impl SessionWriter {
             lines: j.lines,
             last_at: j.last_at,
             session_lines: self.seq,
+            sessions: j.sessions,
+            unchecked: j.unchecked,
         };
         journal::write_tail(
             &self.dir.join(journal::tail_file_name(j.lane)),
