@@ -232,12 +232,9 @@ pub struct LaneRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterTailEvent {
-    /// The session that wrote the register's last line (its register key MACs the tail).
+    /// The session that wrote the tail (MACed under the register tail key, see
+    /// [`crate::InstallSecret`]).
     pub session: String,
-    /// That session's project.
-    pub project: String,
-    /// Hex id of its install secret.
-    pub key_id: String,
     /// The register's length in bytes.
     pub bytes: u64,
     /// The register's number of lines.

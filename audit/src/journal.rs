@@ -18,8 +18,8 @@
 //! before it. A second session running at the same time takes the next free lane.
 //!
 //! Tail states are single lines in the line format (`type` `tail` or `register_tail`), MACed
-//! under the index key (lane) or the register key (register) of the session that wrote them,
-//! and written in place without a sync: a stale, torn or missing tail only sends the next writer
+//! under the index key of the session that wrote them (lane) or the install-wide register tail
+//! key (register), and written in place without a sync: a stale, torn or missing tail only sends the next writer
 //! down the slow path (reading the whole file), never to a wrong conclusion, because the tail is
 //! checked against the file's last line before it is believed. Verify reads every line anyway.
 

@@ -508,8 +508,6 @@ impl LockedRegister {
     ) -> Result<(), crate::AuditError> {
         let tail = crate::events::RegisterTailEvent {
             session: session.to_string(),
-            project: String::new(),
-            key_id: String::new(),
             bytes: self.view.bytes,
             lines: self.view.lines,
             last_at: self.view.last_at,

@@ -1482,7 +1482,7 @@ fn verify_project(
     }
     let mut lane_infos: Vec<LaneInfo> = Vec::new();
     for &lane in &lanes {
-        if let Some(info) = read_lane(dir, &dir_name, lane, opts, &mut states, findings) {
+        if let Some(info) = read_lane(dir, &dir_name, lane, uid, opts, &mut states, findings) {
             lane_infos.push(info);
         }
     }
@@ -1584,7 +1584,6 @@ fn verify_project(
         dir,
         &dir_name,
         opts,
-        uid,
         reg,
         &lane_infos,
         &states,
@@ -2300,6 +2299,10 @@ struct LaneInfo {
     pruned: Option<crate::events::PrunedEvent>,
     /// Latest time of an authentic line.
     max_time: Option<u64>,
+    /// The tail state and the checkpoint, read before the journal: a session that closes
+    /// while verify runs then makes them older than the journal read, never newer.
+    tail: Option<journal::TailLine<crate::events::TailEvent>>,
+    ckpt: Option<Option<Vec<u8>>>,
 }
 
 impl LaneInfo {
@@ -2318,11 +2321,18 @@ fn read_lane(
     dir: &Path,
     dir_name: &str,
     lane: u64,
+    uid: u32,
     opts: &VerifyOptions,
     states: &mut Vec<SessionState>,
     findings: &mut Vec<Finding>,
 ) -> Option<LaneInfo> {
     let path = dir.join(journal::journal_file_name(lane));
+    let tail = journal::read_tail::<crate::events::TailEvent>(
+        &dir.join(journal::tail_file_name(lane)),
+        uid,
+        crate::events::KIND_TAIL,
+    );
+    let ckpt = read_nofollow(&dir.join(journal::lane_ckpt_file_name(lane)), findings);
     let meta = fs::symlink_metadata(&path).ok();
     let data = read_nofollow(&path, findings)??;
     // A lock means a running writer in this lane: its newest session is still being written.
@@ -2340,6 +2350,8 @@ fn read_lane(
         sessions: Vec::new(),
         pruned: None,
         max_time: None,
+        tail,
+        ckpt,
     };
     let n = segs.len();
     for (k, seg) in segs.iter().enumerate() {
@@ -2549,7 +2561,6 @@ fn check_lanes(
     dir: &Path,
     dir_name: &str,
     opts: &VerifyOptions,
-    uid: u32,
     reg: &RegCtx<'_>,
     lanes: &[LaneInfo],
     states: &[SessionState],
@@ -2634,11 +2645,7 @@ fn check_lanes(
         // Sessions that something written after their final checkpoint says closed.
         let mut closed_after_ckpt: HashSet<String> = HashSet::new();
         // The tail state: a statement, MACed, about the lane's last closed session.
-        if let Some(t) = journal::read_tail::<crate::events::TailEvent>(
-            &dir.join(journal::tail_file_name(info.lane)),
-            uid,
-            crate::events::KIND_TAIL,
-        ) {
+        if let Some(t) = &info.tail {
             let ev = &t.event;
             let key = opts.keys.iter().find(|k| hex(&k.key_id()) == ev.key_id);
             if let Some(k) = key {
@@ -2694,7 +2701,7 @@ fn check_lanes(
         }
         // The lane's checkpoint.
         let ckpt_path = dir.join(journal::lane_ckpt_file_name(info.lane));
-        match read_nofollow(&ckpt_path, findings) {
+        match info.ckpt.clone() {
             Some(Some(data)) => {
                 let origin_session = std::str::from_utf8(&data)
                     .ok()
