@@ -12,7 +12,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use garuda_audit::{AuditConfig, SessionWriter};
+use garuda_audit::{
+    AuditConfig, InstallSecret, Outcome, SessionWriter, VerifyOptions, VerifyTarget,
+};
 use serde_json::json;
 
 const REPS: usize = 41;
@@ -100,6 +102,23 @@ fn main() {
             built.as_secs_f64()
         );
     }
+    // Full verification still reads and checks every line of every session.
+    let key = InstallSecret::load(&cfg.keys_dir).unwrap().unwrap();
+    let opts = VerifyOptions::new(VerifyTarget::All(cfg.audit_root.clone()), vec![key]);
+    let t = Instant::now();
+    let report = garuda_audit::verify(&opts);
+    let lines: u64 = report.sessions.iter().map(|s| s.lines).sum();
+    assert_eq!(
+        report.outcome(),
+        Outcome::Verified,
+        "{}",
+        report.render_text()
+    );
+    println!(
+        "verify --all: {} sessions, {lines} lines, VERIFIED in {:.2} s",
+        report.sessions.len(),
+        t.elapsed().as_secs_f64()
+    );
     let (bytes, alloc, files) = usage(&home);
     println!(
         "audit files after {done} sessions: {files} files, {:.2} MB apparent, {:.2} MB allocated",
