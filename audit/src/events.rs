@@ -203,6 +203,10 @@ pub struct TailEvent {
     /// Closes since retention last read the whole journal to see what is due.
     #[serde(default)]
     pub unchecked: u64,
+    /// The session did not close: its writer died, and a session of another lane recorded it
+    /// as found (these are its complete lines). Absent: it closed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recovered: bool,
 }
 
 /// One project lane's last record in the register, as the register tail carries it.

@@ -144,29 +144,33 @@ fn check_segments(
     last
 }
 
-/// What another lane says about the project folder: whether a writer holds it, and the time of
-/// its last write Garuda recorded (its tail state's time, or a later authentic line).
-fn other_lane(ctx: &OpenCtx<'_>, lane: u64, secret: &InstallSecret) -> (bool, Option<u64>) {
+/// What another lane says about the project folder: whether a writer holds it, the time of
+/// its last write Garuda recorded (its tail state's time, or a later authentic line), and, when
+/// its last session's writer died, that session as found. The dead session is then written
+/// into the lane's tail state (as recovered), so that it is recorded once, not by every run.
+fn other_lane(
+    ctx: &OpenCtx<'_>,
+    lane: u64,
+    secret: &InstallSecret,
+) -> (bool, Option<u64>, Option<Attest>) {
     let path = ctx.dir.join(journal::journal_file_name(lane));
     let Ok(file) = fsx::open_read(&path) else {
-        return (false, None);
+        return (false, None, None);
     };
-    if let Err(std::fs::TryLockError::WouldBlock) = file.try_lock_shared() {
-        return (true, None);
+    // Exclusive: no writer can take the lane while its tail state is written here.
+    if file.try_lock().is_err() {
+        return (true, None, None);
     }
     let size = file.metadata().map_or(0, |m| m.len());
-    let tail = journal::read_tail::<TailEvent>(
-        &ctx.dir.join(journal::tail_file_name(lane)),
-        ctx.uid,
-        KIND_TAIL,
-    )
-    .filter(|t| {
+    let tail_path = ctx.dir.join(journal::tail_file_name(lane));
+    let tail = journal::read_tail::<TailEvent>(&tail_path, ctx.uid, KIND_TAIL).filter(|t| {
         t.event.bytes <= size
             && layout::valid_session_id(&t.event.session)
             && t.mac_ok(&secret.index_key(ctx.dir_name, &t.event.session))
     });
     let from = tail.as_ref().map_or(0, |t| t.event.bytes);
     let mut last = tail.as_ref().and_then(|t| t.time_ms);
+    let mut found = None;
     if from < size {
         if let Ok(data) = journal::read_from(&file, &path, from, size) {
             let segs = journal::segments(&data);
@@ -180,10 +184,45 @@ fn other_lane(ctx: &OpenCtx<'_>, lane: u64, secret: &InstallSecret) -> (bool, Op
                 &mut Vec::new(),
             );
             last = last.max(t);
+            let (lines, _) = split_lines(&data);
+            let dead = segs.iter().rev().find(|s| !s.session.is_empty());
+            if let (Some(seg), Some((at, l))) = (dead, lines.last()) {
+                let (n, h, closed) = segment_end(seg);
+                if !closed && n > 0 && layout::valid_session_id(&seg.session) {
+                    let ev = TailEvent {
+                        session: seg.session.clone(),
+                        key_id: hex(&secret.key_id()),
+                        bytes: from + at + l.len() as u64 + 1,
+                        lines: tail.as_ref().map_or(0, |t| t.event.lines) + lines.len() as u64,
+                        last_at: from + at,
+                        session_lines: n,
+                        sessions: tail.as_ref().map_or(0, |t| t.event.sessions)
+                            + segs.iter().filter(|s| !s.session.is_empty()).count() as u64,
+                        unchecked: tail.as_ref().map_or(u64::MAX, |t| t.event.unchecked),
+                        recovered: true,
+                    };
+                    let written = journal::write_tail(
+                        &tail_path,
+                        KIND_TAIL,
+                        &serde_json::to_value(&ev).unwrap_or(serde_json::Value::Null),
+                        &h,
+                        &secret.index_key(ctx.dir_name, &seg.session),
+                        ctx.uid,
+                    );
+                    if written.is_ok() {
+                        found = Some(Attest {
+                            session: seg.session.clone(),
+                            state: AttestState::Recovered,
+                            lines: n,
+                            head: head_hex(&h),
+                        });
+                    }
+                }
+            }
         }
     }
     let _ = file.unlock();
-    (false, last)
+    (false, last, found)
 }
 
 /// Learns the lane's state and surveys the evidence (see the module doc).
@@ -320,7 +359,11 @@ pub(crate) fn start(
         None => match (&tail, fast) {
             (Some(t), Some(_)) => Some(Attest {
                 session: t.event.session.clone(),
-                state: AttestState::Closed,
+                state: if t.event.recovered {
+                    AttestState::Recovered
+                } else {
+                    AttestState::Closed
+                },
                 lines: t.event.session_lines,
                 head: head_hex(&t.head),
             }),
@@ -439,9 +482,10 @@ pub(crate) fn start(
             }
             continue;
         }
-        let (l, t) = other_lane(ctx, lane, secret);
+        let (l, t, dead) = other_lane(ctx, lane, secret);
         live |= l;
         recorded = recorded.max(t);
+        recovered.extend(dead);
     }
     if legacy_index.is_some() {
         // The old layout's files were written before: its own record is the index's.

@@ -2662,12 +2662,18 @@ fn check_lanes(
                             ev.session
                         ),
                     ));
-                    closed_after_ckpt.insert(ev.session.clone());
+                    if !ev.recovered {
+                        closed_after_ckpt.insert(ev.session.clone());
+                    }
                     attests.push((
                         "the lane's tail state".to_string(),
                         Attest {
                             session: ev.session.clone(),
-                            state: AttestState::Closed,
+                            state: if ev.recovered {
+                                AttestState::Recovered
+                            } else {
+                                AttestState::Closed
+                            },
                             lines: ev.session_lines,
                             head: hex(&t.head),
                         },

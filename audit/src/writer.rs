@@ -763,6 +763,7 @@ impl SessionWriter {
             session_lines: self.seq,
             sessions: j.sessions,
             unchecked: j.unchecked,
+            recovered: false,
         };
         journal::write_tail(
             &self.dir.join(journal::tail_file_name(j.lane)),

@@ -245,3 +245,39 @@ fn a_journal_the_register_records_cannot_vanish() {
     assert_outcome(&r, Outcome::Tampered);
     assert_finding(&r, Code::FileMissing, None, Some(&path));
 }
+
+#[test]
+fn a_dead_session_in_another_lane_is_recovered_once() {
+    let env = Env::new();
+    env.session(1, true);
+    let a = SessionWriter::open(&env.cfg, json!({})).unwrap();
+    let mut b = SessionWriter::open(&env.cfg, json!({})).unwrap();
+    let lane1 = env.dir().join("journal.1.jsonl");
+    assert_eq!(b.path(), lane1);
+    b.append("x", json!({})).unwrap();
+    let dead = b.session_id().to_string();
+    drop(b); // its writer dies
+    a.close(json!({})).unwrap();
+    // Negative control: nothing has recorded the dead session yet.
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Undecidable);
+    assert_finding(&r, Code::OpenSession, Some(3), Some(&lane1));
+    // The next run (lane 0) records it as found, and writes lane 1's tail state so that the
+    // run after it does not record it again.
+    env.session(1, true);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Verified);
+    let j = journal(&env);
+    let start = start_event(&j, 2);
+    assert_eq!(start["recovered"][0]["session"], dead.as_str());
+    assert_eq!(start["recovered"][0]["lines"], 2);
+    env.session(1, true);
+    assert_eq!(start_event(&j, 3)["recovered"], json!([]));
+    assert_outcome(&env.verify(), Outcome::Verified);
+    // Cutting the dead session's recorded lines is still found.
+    let lines = read_lines(&lane1);
+    write_lines(&lane1, &lines[..1]);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::Truncated, Some(2), Some(&lane1));
+}
