@@ -17,9 +17,25 @@ pub const KIND_SEAL: &str = "seal";
 pub const INDEX_START: &str = "start";
 /// Index line type recording a session's final head at close.
 pub const INDEX_CLOSE: &str = "close";
+/// Line type of a journal lane's tail state (`journal.tail`): where the journal ended when its
+/// last session closed.
+pub const KIND_TAIL: &str = "tail";
+/// Line type of the register's tail state (`audit.register.tail`).
+pub const KIND_REGISTER_TAIL: &str = "register_tail";
+/// Line type of the record retention leaves as the first line of a pruned journal.
+pub const KIND_PRUNED: &str = "pruned";
 
 /// Types `append` may not use: they carry the log's own structure.
-pub const RESERVED_KINDS: &[&str] = &[KIND_START, KIND_END, KIND_SEAL, INDEX_START, INDEX_CLOSE];
+pub const RESERVED_KINDS: &[&str] = &[
+    KIND_START,
+    KIND_END,
+    KIND_SEAL,
+    INDEX_START,
+    INDEX_CLOSE,
+    KIND_TAIL,
+    KIND_REGISTER_TAIL,
+    KIND_PRUNED,
+];
 
 /// How a session ended, as seen by the one who records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +110,22 @@ pub struct StartEvent {
     /// or a session vouches for its key id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unverified: Vec<UnverifiedLine>,
+    /// The first journal session of a project that was written in the old layout (an
+    /// `index.jsonl` and a file per session) records the old index as it found it: its length
+    /// and last line. The old files are never written again; cutting or extending the old
+    /// index afterwards contradicts this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub legacy_index: Option<LegacyIndex>,
+}
+
+/// The old-layout index as the first journal session of its project found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LegacyIndex {
+    /// Number of complete lines.
+    pub lines: u64,
+    /// SHA-256 (hex) of the last one (zeros for none).
+    pub head: String,
 }
 
 /// A register or index line the writer could not authenticate (another key id) but built on.
@@ -137,6 +169,124 @@ pub struct RegisterEvent {
     pub index_lines: u64,
     /// SHA-256 (hex) of the index's last line then.
     pub index_head: String,
+    /// For a session of the journal layout: the journal lane it was written in. Then
+    /// `index_lines` and `index_head` are the lane journal's line count and last line after the
+    /// session's close, and `bytes` its length. Absent: the old layout (`index.jsonl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<u64>,
+    /// The lane journal's length in bytes (journal layout only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
+/// The event of a journal lane's tail state: the journal as its last session left it at close.
+/// A cache for the next writer (it reads nothing before `last_at`), never evidence on its own:
+/// verify reads every line and uses a tail only as one more statement about a session's end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TailEvent {
+    /// The session that closed last (its index key MACs the tail).
+    pub session: String,
+    /// Hex id of its install secret.
+    pub key_id: String,
+    /// The journal's length in bytes.
+    pub bytes: u64,
+    /// The journal's number of lines.
+    pub lines: u64,
+    /// Byte offset of the journal's last line (the tail line's `prev` is its hash).
+    pub last_at: u64,
+    /// The session's number of lines.
+    pub session_lines: u64,
+    /// Sessions in the journal (the closing one included; after a prune, those kept).
+    #[serde(default)]
+    pub sessions: u64,
+    /// Closes since retention last read the whole journal to see what is due.
+    #[serde(default)]
+    pub unchecked: u64,
+    /// The session did not close: its writer died, and a session of another lane recorded it
+    /// as found (these are its complete lines). Absent: it closed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recovered: bool,
+}
+
+/// One project lane's last record in the register, as the register tail carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaneRecord {
+    /// The project's audit folder name.
+    pub project: String,
+    /// The lane (`None`: an old-layout index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<u64>,
+    /// The session of the record.
+    pub session: String,
+    /// Lines of the lane journal (or old index) then.
+    pub lines: u64,
+    /// Its last line then (hex).
+    pub head: String,
+    /// Its length in bytes then (journal only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
+/// The event of the register's tail state (`<garuda_home>/audit.register.tail`): the
+/// register's length and last line, the time of its last line under the writer's secret, and
+/// the last record of every project lane, so that a writer checks its project against the
+/// register without reading the register.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterTailEvent {
+    /// The session that wrote the tail (MACed under the register tail key, see
+    /// [`crate::InstallSecret`]).
+    pub session: String,
+    /// The register's length in bytes.
+    pub bytes: u64,
+    /// The register's number of lines.
+    pub lines: u64,
+    /// Byte offset of the register's last line (the tail line's `prev` is its hash).
+    pub last_at: u64,
+    /// The last record of each project lane (and old-layout project index).
+    pub records: Vec<LaneRecord>,
+}
+
+/// How much retention keeps (the strictest of the policy files: keeping more is stricter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retention {
+    /// Keep sessions that ended less than this many days ago.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub days: Option<u64>,
+    /// Keep at least this many newest sessions of each journal lane.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<u64>,
+}
+
+/// The first line of a journal whose oldest sessions retention pruned: what was pruned, and the
+/// sealed head of the last pruned session, which the first remaining session's `prev_session`
+/// names. MACed under the index key of the session that pruned (`by`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrunedEvent {
+    /// The session that pruned.
+    pub by: String,
+    /// Hex id of its install secret.
+    pub key_id: String,
+    /// Sessions pruned so far from this lane (every prune included).
+    pub sessions: u64,
+    /// The oldest session ever pruned from this lane.
+    pub first: String,
+    /// The last pruned session's end: its id, lines and final head.
+    pub last: Attest,
+    /// Lines and bytes pruned so far from this lane.
+    pub journal_lines: u64,
+    /// Bytes pruned so far.
+    pub journal_bytes: u64,
+    /// Start time of the oldest and end time of the newest pruned session (UTC, as in lines).
+    pub from_time: String,
+    /// End time of the last pruned session.
+    pub to_time: String,
+    /// The retention in force when it pruned.
+    pub retention: Retention,
 }
 
 /// The event of a seal line.

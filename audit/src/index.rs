@@ -172,3 +172,46 @@ impl Drop for LockedIndex {
         let _ = self.file.unlock();
     }
 }
+
+/// An old-layout index read (not locked, not written: the journal layout never writes it).
+pub(crate) struct ReadIndex {
+    /// Events of the complete lines (MACs not checked).
+    pub events: Vec<IndexEvent>,
+    /// The complete lines' bytes.
+    pub data: Vec<u8>,
+    /// Number of complete lines.
+    pub lines: u64,
+    /// SHA-256 of the last complete line.
+    pub head: Hash,
+    /// Latest time a line claims.
+    pub last_time_ms: Option<u64>,
+}
+
+impl ReadIndex {
+    pub(crate) fn read(path: &Path, uid: u32) -> Result<Self, AuditError> {
+        let data = fsx::read_private(path, uid)?.unwrap_or_default();
+        let (lines, _) = split_lines(&data);
+        let mut events = Vec::new();
+        let mut last_time_ms = None;
+        for (_, l) in &lines {
+            let Some((prefix, _)) = line::split_mac(l) else {
+                continue;
+            };
+            let Some(h) = line::parse_header(prefix) else {
+                continue;
+            };
+            last_time_ms = last_time_ms.max(crate::util::parse_time(h.time));
+            if let Ok(ev) = parse_event(h.kind, h.event) {
+                events.push(ev);
+            }
+        }
+        let end = lines.last().map_or(0, |(o, l)| *o as usize + l.len() + 1);
+        Ok(ReadIndex {
+            events,
+            lines: lines.len() as u64,
+            head: lines.last().map_or(ZERO_HASH, |(_, l)| sha256(l)),
+            data: data[..end].to_vec(),
+            last_time_ms,
+        })
+    }
+}

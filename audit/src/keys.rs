@@ -8,6 +8,7 @@
 //!     checkpoint key      HMAC(k_e, "garuda-audit-checkpoint-v1")  signs the note after seal e
 //!   index key             HMAC(S, "garuda-audit-index-v2" || project || 0x00 || session id)
 //!   register key          HMAC(S, "garuda-audit-register-v1" || project || 0x00 || session id)
+//!   register tail key     HMAC(S, "garuda-audit-register-tail-v1")   the register's tail state
 //! ```
 //!
 //! `project` is the project's audit folder name (`<name>-<hash16>`): a session's lines and
@@ -43,6 +44,7 @@ const LABEL_CHECKPOINT: &[u8] = b"garuda-audit-checkpoint-v1";
 const LABEL_CHECKPOINT_ID: &[u8] = b"garuda-audit-checkpoint-key-id-v1";
 const LABEL_INDEX: &[u8] = b"garuda-audit-index-v2";
 const LABEL_REGISTER: &[u8] = b"garuda-audit-register-v1";
+const LABEL_REGISTER_TAIL: &[u8] = b"garuda-audit-register-tail-v1";
 
 /// Four bytes naming an install secret without revealing it (HMAC of a fixed label).
 pub type KeyId = [u8; 4];
@@ -202,6 +204,14 @@ impl InstallSecret {
     /// The key a session of `project` uses for its entries in the install-wide register.
     pub fn register_key(&self, project: &str, session_id: &str) -> MacKey {
         self.derive(LABEL_REGISTER, project, session_id)
+    }
+
+    /// The key of the register's tail state (install-wide: any session may write it). A
+    /// writer holds it until it closes; the tail is a cache that verify never trusts.
+    pub(crate) fn register_tail_key(&self) -> MacKey {
+        let mut key = Box::new(Zeroizing::new([0u8; 32]));
+        hmac_into(&self.0, &[LABEL_REGISTER_TAIL], &mut key);
+        MacKey(key)
     }
 
     fn derive(&self, label: &[u8], project: &str, session_id: &str) -> MacKey {

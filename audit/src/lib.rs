@@ -116,14 +116,17 @@ mod error;
 pub mod events;
 mod fsx;
 mod index;
+pub mod journal;
 mod json;
 pub mod keys;
+mod lane;
 mod layout;
 pub mod line;
 pub mod merkle;
 pub mod redact;
 mod register;
 mod report;
+mod retention;
 mod show;
 mod util;
 mod verify;
@@ -131,6 +134,7 @@ pub mod witness;
 mod writer;
 
 pub use error::AuditError;
+pub use events::Retention;
 pub use keys::{key_export, InstallSecret, KeyId};
 pub use layout::{
     ckpt_file_name, log_file_name, project_audit_dir, project_dir_name, valid_session_id,
@@ -146,6 +150,7 @@ pub use verify::{
 pub use witness::{serve as witness_serve, WitnessConfig};
 pub use writer::{
     AuditConfig, SessionHead, SessionWriter, DEFAULT_EPOCH_MAX_AGE, DEFAULT_EPOCH_MAX_LINES,
+    DEFAULT_PRUNE_BATCH,
 };
 
 /// The session id the fuzz target's bytes are verified as.
@@ -227,6 +232,7 @@ pub fn fuzz_seed(events: usize, per_epoch: usize, close: bool) -> Vec<u8> {
         register: None,
         found_at_start: Vec::new(),
         unverified: Vec::new(),
+        legacy_index: None,
     })
     .unwrap_or_default();
     s.put(events::KIND_START, start);

@@ -38,8 +38,12 @@ pub(crate) struct RegisterInfo {
     pub lines: u64,
     /// Authentic lines by `seq`: type, project, session.
     pub by_seq: HashMap<u64, (String, String, String)>,
-    /// The last authentic record of each project.
+    /// The last authentic record of each project, of either layout.
     pub last: HashMap<String, RegisterEvent>,
+    /// The last authentic old-layout record (about `index.jsonl`) of each project.
+    pub legacy: HashMap<String, RegisterEvent>,
+    /// The last authentic record of each journal lane of each project.
+    pub lanes: HashMap<(String, u64), RegisterEvent>,
     /// Time of the last authentic line.
     pub last_time_ms: Option<u64>,
     /// Line number (from 1) of the last authentic line, 0 if none.
@@ -173,6 +177,14 @@ pub(crate) fn check_register(
                                     h.seq,
                                     (h.kind.to_string(), ev.project.clone(), ev.session.clone()),
                                 );
+                                match ev.lane {
+                                    Some(lane) => {
+                                        info.lanes.insert((ev.project.clone(), lane), ev.clone());
+                                    }
+                                    None => {
+                                        info.legacy.insert(ev.project.clone(), ev.clone());
+                                    }
+                                }
                                 info.last.insert(ev.project.clone(), ev);
                             }
                         }
@@ -233,4 +245,287 @@ pub(crate) fn index_against_register(
         );
     }
     None
+}
+
+/// The register's tail state file, next to the register.
+pub(crate) fn register_tail_path(reg_path: &Path) -> PathBuf {
+    reg_path.with_extension("tail")
+}
+
+/// What a writer knows of the register after [`LockedRegister::load`].
+#[derive(Debug, Default)]
+pub(crate) struct RegisterView {
+    /// Number of complete lines.
+    pub lines: u64,
+    /// SHA-256 of the last line (zeros for none).
+    pub head: Hash,
+    /// Length in bytes (after any torn tail was cut).
+    pub bytes: u64,
+    /// Byte offset of the last line.
+    pub last_at: u64,
+    /// The last record of each project lane (and old-layout index).
+    pub records: Vec<crate::events::LaneRecord>,
+    /// Time of the last line under the writer's own secret (what ctimes are compared with).
+    pub anchor_ms: Option<u64>,
+    /// Lines under other key ids after the last own line (slow path only).
+    pub unverified: Vec<crate::events::UnverifiedLine>,
+    /// Whether `records` is every lane's last record (false: not learnt, so no tail state is
+    /// written after an append).
+    pub records_known: bool,
+}
+
+impl RegisterView {
+    /// The last record of a project lane (`None` lane: the old-layout index).
+    pub(crate) fn record(
+        &self,
+        project: &str,
+        lane: Option<u64>,
+    ) -> Option<&crate::events::LaneRecord> {
+        self.records
+            .iter()
+            .find(|r| r.project == project && r.lane == lane)
+    }
+
+    /// Whether the register knows the project at all, and its newest record's session and
+    /// line count (0: only a "creating project" record).
+    pub(crate) fn knows(&self, project: &str) -> Option<(String, u64)> {
+        let mut best: Option<(String, u64)> = None;
+        for r in self.records.iter().filter(|r| r.project == project) {
+            let lines = best.as_ref().map_or(0, |b| b.1).max(r.lines);
+            best = Some((r.session.clone(), lines));
+        }
+        best
+    }
+
+    fn set_record(&mut self, rec: crate::events::LaneRecord) {
+        self.records
+            .retain(|r| !(r.project == rec.project && r.lane == rec.lane));
+        self.records.push(rec);
+    }
+}
+
+fn lane_record(ev: &RegisterEvent) -> crate::events::LaneRecord {
+    crate::events::LaneRecord {
+        project: ev.project.clone(),
+        lane: ev.lane,
+        session: ev.session.clone(),
+        lines: ev.index_lines,
+        head: ev.index_head.clone(),
+        bytes: ev.bytes,
+    }
+}
+
+/// The register, open for appending and locked (`flock`, exclusive) until dropped.
+pub(crate) struct LockedRegister {
+    file: std::fs::File,
+    path: PathBuf,
+    uid: u32,
+    pub view: RegisterView,
+}
+
+impl LockedRegister {
+    /// Opens (creating) and locks the register, and learns its state: from the tail state when
+    /// it matches the register's last line (reading nothing before it), else from every line
+    /// (the slow path: the first run after a crash between an append and its tail, or after a
+    /// key change). `session` is the caller's own session (its "creating project" line is not
+    /// evidence of anything before it). Problems found on the slow path go to `findings`.
+    pub(crate) fn open(
+        path: &Path,
+        uid: u32,
+        tail_key: &crate::keys::MacKey,
+        secret: Option<&InstallSecret>,
+        session: &str,
+        sync: bool,
+        findings: &mut Vec<Finding>,
+    ) -> Result<Self, crate::AuditError> {
+        use crate::AuditError;
+        let file = crate::fsx::open_append(path, uid)?;
+        file.lock().map_err(|e| AuditError::io(path, e))?;
+        let size = file.metadata().map_err(|e| AuditError::io(path, e))?.len();
+        let tail: Option<crate::journal::TailLine<crate::events::RegisterTailEvent>> =
+            crate::journal::read_tail(
+                &register_tail_path(path),
+                uid,
+                crate::events::KIND_REGISTER_TAIL,
+            );
+        if let Some(t) = tail.filter(|t| t.event.bytes == size && t.mac_ok(tail_key)) {
+            let last = crate::journal::line_ending_at(&file, size)
+                .filter(|(at, bytes)| *at == t.event.last_at && ct_eq(&sha256(bytes), &t.head));
+            if let Some((_, bytes)) = last {
+                // The last line is the tail writer's own (it appended it, then wrote the tail
+                // under a key only holders of the secret have): its time is an anchor.
+                let anchor = line::split_mac(&bytes)
+                    .and_then(|(p, _)| line::parse_header(p))
+                    .and_then(|h| parse_time(h.time));
+                let view = RegisterView {
+                    lines: t.event.lines,
+                    head: t.head,
+                    bytes: size,
+                    last_at: t.event.last_at,
+                    records: t.event.records.clone(),
+                    anchor_ms: anchor,
+                    unverified: Vec::new(),
+                    records_known: true,
+                };
+                return Ok(LockedRegister {
+                    file,
+                    path: path.to_path_buf(),
+                    uid,
+                    view,
+                });
+            }
+        }
+        // The slow path: every line.
+        let data = crate::journal::read_from(&file, path, 0, size)?;
+        let (lines, torn) = split_lines(&data);
+        let mut bytes = size;
+        if let Some((offset, _)) = torn {
+            // A writer died in the middle of an append: the torn bytes hold no complete line,
+            // and appending after them would glue two lines into one.
+            file.set_len(offset).map_err(|e| AuditError::io(path, e))?;
+            if sync {
+                file.sync_data().map_err(|e| AuditError::io(path, e))?;
+            }
+            bytes = offset;
+        }
+        let complete = &data[..bytes as usize];
+        let Some(secret) = secret else {
+            // At close the writer no longer holds the secret: it chains its line to the last
+            // one and leaves the tail state for the next writer to rebuild with the secret.
+            return Ok(LockedRegister {
+                file,
+                path: path.to_path_buf(),
+                uid,
+                view: RegisterView {
+                    lines: lines.len() as u64,
+                    head: lines.last().map_or(ZERO_HASH, |(_, l)| sha256(l)),
+                    bytes,
+                    last_at: lines.last().map_or(0, |(o, _)| *o),
+                    ..RegisterView::default()
+                },
+            });
+        };
+        let info = check_register(
+            path,
+            complete,
+            std::slice::from_ref(secret),
+            true,
+            Some(session),
+            findings,
+        );
+        let mut unverified = Vec::new();
+        let anchor = crate::writer::anchor(
+            "register",
+            info.last_time_ms,
+            info.last_authentic_line,
+            &info.unknown,
+            &mut unverified,
+        );
+        let mut view = RegisterView {
+            lines: lines.len() as u64,
+            head: lines.last().map_or(ZERO_HASH, |(_, l)| sha256(l)),
+            bytes,
+            last_at: lines.last().map_or(0, |(o, _)| *o),
+            records: Vec::new(),
+            anchor_ms: anchor,
+            unverified,
+            records_known: true,
+        };
+        for ev in info.legacy.values().chain(info.lanes.values()) {
+            view.set_record(lane_record(ev));
+        }
+        // Creating-project records are the only records of a project with no index yet.
+        for (p, ev) in &info.last {
+            if !view.records.iter().any(|r| &r.project == p) {
+                view.set_record(lane_record(ev));
+            }
+        }
+        let reg = LockedRegister {
+            file,
+            path: path.to_path_buf(),
+            uid,
+            view,
+        };
+        // Rebuilt with the secret: write the tail state again, or it would stay stale (a
+        // closing writer, without the secret, cannot rebuild it).
+        if reg.view.lines > 0 {
+            reg.write_tail(session, tail_key)?;
+        }
+        Ok(reg)
+    }
+
+    /// Appends one record (MACed under the session's register `key`), syncs it when `sync`,
+    /// and replaces the tail state (no sync: a cache).
+    pub(crate) fn append(
+        &mut self,
+        kind: &str,
+        ev: &RegisterEvent,
+        key: &crate::keys::MacKey,
+        tail_key: &crate::keys::MacKey,
+        sync: bool,
+    ) -> Result<(), crate::AuditError> {
+        use crate::AuditError;
+        let value = serde_json::to_value(ev).unwrap_or(serde_json::Value::Null);
+        let mut buf = Vec::new();
+        line::build(
+            &mut buf,
+            &line::NewLine {
+                seq: self.view.lines,
+                epoch: 0,
+                time_ms: crate::util::now_ms(),
+                prev: &self.view.head,
+                kind,
+                event: &value,
+            },
+            key.bytes(),
+        )
+        .map_err(|e| AuditError::Format {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        std::io::Write::write_all(&mut self.file, &buf)
+            .map_err(|e| AuditError::io(&self.path, e))?;
+        if sync {
+            self.file
+                .sync_data()
+                .map_err(|e| AuditError::io(&self.path, e))?;
+        }
+        self.view.head = sha256(&buf[..buf.len() - 1]);
+        self.view.last_at = self.view.bytes;
+        self.view.bytes += buf.len() as u64;
+        self.view.lines += 1;
+        self.view.set_record(lane_record(ev));
+        if !self.view.records_known {
+            return Ok(());
+        }
+        self.write_tail(&ev.session, tail_key)
+    }
+
+    fn write_tail(
+        &self,
+        session: &str,
+        tail_key: &crate::keys::MacKey,
+    ) -> Result<(), crate::AuditError> {
+        let tail = crate::events::RegisterTailEvent {
+            session: session.to_string(),
+            bytes: self.view.bytes,
+            lines: self.view.lines,
+            last_at: self.view.last_at,
+            records: self.view.records.clone(),
+        };
+        crate::journal::write_tail(
+            &register_tail_path(&self.path),
+            crate::events::KIND_REGISTER_TAIL,
+            &serde_json::to_value(&tail).unwrap_or(serde_json::Value::Null),
+            &self.view.head,
+            tail_key,
+            self.uid,
+        )
+    }
+}
+
+impl Drop for LockedRegister {
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
 }

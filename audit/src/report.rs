@@ -70,6 +70,9 @@ pub enum Code {
     /// A key given to verify was used by no session, index or register line: the sessions
     /// under it are gone (the audit folder and the register wiped).
     KeyUnused,
+    /// Retention pruned the oldest sessions of a journal lane: their sealed head still links
+    /// the sessions kept, but their lines can no longer be checked. Warning only.
+    Pruned,
 }
 
 impl Code {
@@ -101,6 +104,7 @@ impl Code {
             Code::FoundAtStart => "FOUND_AT_START",
             Code::UnverifiedBase => "UNVERIFIED_BASE",
             Code::KeyUnused => "KEY_UNUSED",
+            Code::Pruned => "PRUNED",
         }
     }
 }

@@ -92,13 +92,18 @@ pub fn list_sessions(project_dir: &Path) -> Result<Vec<String>, AuditError> {
         let e = e.map_err(|e| AuditError::io(project_dir, e))?;
         let name = e.file_name().to_string_lossy().into_owned();
         if let Some(id) = name.strip_suffix(".jsonl") {
-            if name != INDEX_FILE && layout::valid_session_id(id) && !ids.iter().any(|i| i == id) {
+            if name != INDEX_FILE
+                && !crate::journal::is_journal_name(&name)
+                && layout::valid_session_id(id)
+                && !ids.iter().any(|i| i == id)
+            {
                 extra.push(id.to_string());
             }
         }
     }
     extra.sort();
     ids.extend(extra);
+    ids.extend(crate::journal::session_ids(project_dir));
     Ok(ids)
 }
 
@@ -121,10 +126,17 @@ pub fn show(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut f = fsx::open_read(&path).map_err(|e| AuditError::io(&path, e))?;
-    let mut data = Vec::new();
-    f.read_to_end(&mut data)
-        .map_err(|e| AuditError::io(&path, e))?;
+    // The journal layout: the session's part of its lane (line numbers are the journal's).
+    let (path, data, base) = match crate::journal::find_session(project_dir, session_id) {
+        Some((p, d, base)) if !path.exists() => (p, d, base),
+        _ => {
+            let mut f = fsx::open_read(&path).map_err(|e| AuditError::io(&path, e))?;
+            let mut data = Vec::new();
+            f.read_to_end(&mut data)
+                .map_err(|e| AuditError::io(&path, e))?;
+            (path, data, (0, 0))
+        }
+    };
     // The key that authenticates the first line; without one, nothing can be shown.
     let key = keys.iter().find(|k| {
         data.split(|&c| c == b'\n')
@@ -148,7 +160,8 @@ pub fn show(
             }),
         });
     };
-    let scan = scan_session(&path, Some(&project), session_id, &data, Some(key), true);
+    let mut scan = scan_session(&path, Some(&project), session_id, &data, Some(key), true);
+    crate::journal::rebase(&mut scan, base);
     let stopped = scan
         .findings
         .into_iter()

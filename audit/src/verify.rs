@@ -26,6 +26,7 @@ use crate::events::{
 };
 use crate::fsx;
 use crate::index::{parse_event, IndexEvent};
+use crate::journal;
 use crate::json;
 use crate::keys::{EpochKey, InstallSecret, KeyId, INSTALL_KEY_FILE};
 use crate::layout::{self, split_lines, INDEX_FILE};
@@ -839,7 +840,18 @@ fn claimed_key_ids(root: &Path) -> ClaimedKeys {
             let Ok(file) = fsx::open_read(&f.path()) else {
                 continue;
             };
-            if name == layout::INDEX_FILE {
+            if matches!(journal::parse_lane_file(&name), Some((_, "jsonl"))) {
+                let mut data = Vec::new();
+                if std::io::Read::read_to_end(&mut &file, &mut data).is_ok() {
+                    for seg in journal::segments(&data) {
+                        let first = seg.data.split(|&c| c == b'\n').next().unwrap_or(b"");
+                        if let Some(k) = key_of(first) {
+                            out.sessions.insert(k.clone());
+                            out.any.insert(k);
+                        }
+                    }
+                }
+            } else if name == layout::INDEX_FILE {
                 let mut data = Vec::new();
                 if std::io::Read::read_to_end(&mut &file, &mut data).is_ok() {
                     let (lines, _) = layout::split_lines(&data);
@@ -1181,6 +1193,12 @@ pub(crate) fn verify_index(
 struct SessionState {
     id: String,
     path: PathBuf,
+    /// Where the session starts in its file: 0 for an old-layout session file, its first
+    /// line's offset and the number of lines before it in a journal.
+    base_off: u64,
+    base_line: u64,
+    /// The journal lane (`None`: an old-layout session file).
+    lane: Option<u64>,
     exists: bool,
     live: bool,
     scan: Option<Scan>,
@@ -1248,11 +1266,28 @@ fn verify_project(
     // Files present.
     let mut logs: HashSet<String> = HashSet::new();
     let mut ckpts: HashSet<String> = HashSet::new();
+    let mut lanes: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
     match fs::read_dir(dir) {
         Ok(rd) => {
             for e in rd.filter_map(Result::ok) {
                 let name = e.file_name().to_string_lossy().into_owned();
                 if name == INDEX_FILE || name.starts_with('.') {
+                    continue;
+                }
+                if journal::is_journal_name(&name) {
+                    check_meta(&e.path(), false, uid, findings);
+                    match journal::parse_lane_file(&name) {
+                        Some((lane, "jsonl")) => {
+                            lanes.insert(lane);
+                        }
+                        Some((_, "ckpt" | "tail")) => {}
+                        _ => findings.push(Finding::new(
+                            &e.path(),
+                            Code::Malformed,
+                            Severity::Error,
+                            "not a journal file name Garuda writes",
+                        )),
+                    }
                     continue;
                 }
                 if let Some(id) = name.strip_suffix(".jsonl") {
@@ -1320,7 +1355,7 @@ fn verify_project(
         unknown: Vec::new(),
     };
     let index = index.unwrap_or(empty_index);
-    if let Some(rec) = reg.info.and_then(|r| r.last.get(&dir_name)) {
+    if let Some(rec) = reg.info.and_then(|r| r.legacy.get(&dir_name)) {
         if let Some(f) = index_against_register(&index_path, &index.line_hashes, rec) {
             findings.push(f);
         }
@@ -1375,6 +1410,9 @@ fn verify_project(
             complete: false,
             missing_attested: false,
             witnessed: None,
+            base_off: 0,
+            base_line: 0,
+            lane: None,
         };
         if let Some(Some(data)) = read_nofollow(&path, findings) {
             st.exists = true;
@@ -1420,6 +1458,34 @@ fn verify_project(
         }
         states.push(st);
     }
+    // The journal lanes. A lane the register records, whose journal is gone, is missing
+    // evidence (its tail state or checkpoint left behind too).
+    if let Some(r) = reg.info {
+        let mut recorded: Vec<(&u64, &crate::events::RegisterEvent)> = r
+            .lanes
+            .iter()
+            .filter(|((p, l), ev)| *p == dir_name && ev.index_lines > 0 && !lanes.contains(l))
+            .map(|((_, l), ev)| (l, ev))
+            .collect();
+        recorded.sort_by_key(|(l, _)| **l);
+        for (lane, ev) in recorded {
+            findings.push(Finding::new(
+                &dir.join(journal::journal_file_name(*lane)),
+                Code::FileMissing,
+                Severity::Error,
+                format!(
+                    "the register records {} line(s) of this journal after session {}; the journal is gone",
+                    ev.index_lines, ev.session
+                ),
+            ));
+        }
+    }
+    let mut lane_infos: Vec<LaneInfo> = Vec::new();
+    for &lane in &lanes {
+        if let Some(info) = read_lane(dir, &dir_name, lane, uid, opts, &mut states, findings) {
+            lane_infos.push(info);
+        }
+    }
     let pos: HashMap<String, usize> = states
         .iter()
         .enumerate()
@@ -1442,7 +1508,7 @@ fn verify_project(
                         p.code, p.file, p.detail
                     ),
                 )
-                .at(Some(0), 1),
+                .at(Some(st.base_off), st.base_line + 1),
             );
         }
         for u in &start.unverified {
@@ -1461,7 +1527,7 @@ fn verify_project(
                         u.file, u.line, u.hash, u.key_id
                     ),
                 )
-                .at(Some(0), 1),
+                .at(Some(st.base_off), st.base_line + 1),
             );
         }
         let Some(n) = start.register else { continue };
@@ -1512,8 +1578,25 @@ fn verify_project(
         }
     }
 
-    // Checkpoints.
+    // The lanes' own evidence: order, retention records, tail states, the register's records,
+    // checkpoints, ctimes, the old index the first journal session found.
+    let lane_attests = check_lanes(
+        dir,
+        &dir_name,
+        opts,
+        reg,
+        &lane_infos,
+        &states,
+        &pos,
+        &index,
+        findings,
+    );
+
+    // Checkpoints (old layout: one per session; a lane's is checked with the lane).
     for st in &mut states {
+        if st.lane.is_some() {
+            continue;
+        }
         let ckpt_path = dir.join(layout::ckpt_file_name(&st.id));
         let key = st
             .key_id
@@ -1556,7 +1639,22 @@ fn verify_project(
 
     // Attestations: index close entries, later sessions' first lines and index start
     // entries, running writers.
-    let mut attests: Vec<(String, Attest)> = Vec::new();
+    let mut attests: Vec<(String, Attest)> = lane_attests;
+    // Where a session named by a statement should be: a journal session's predecessor in its
+    // journal, an old-layout session in its own file.
+    let mut expected_at: HashMap<String, PathBuf> = HashMap::new();
+    for st in &states {
+        if st.lane.is_none() {
+            continue;
+        }
+        if let Some(start) = st.scan.as_ref().and_then(|s| s.start.as_ref()) {
+            if start.legacy_index.is_none() {
+                for a in start.prev_session.iter().chain(start.recovered.iter()) {
+                    expected_at.insert(a.session.clone(), st.path.clone());
+                }
+            }
+        }
+    }
     for (line_no, c) in index.closes.values() {
         attests.push((
             format!("index close entry (index line {line_no})"),
@@ -1617,7 +1715,7 @@ fn verify_project(
                     Severity::Error,
                     "the first line's prev is not the previous session's head it names",
                 )
-                .at(Some(0), 1),
+                .at(Some(st.base_off), st.base_line + 1),
             );
         }
     }
@@ -1634,9 +1732,16 @@ fn verify_project(
             continue;
         }
         let Some(&i) = pos.get(&a.session) else {
+            if lane_infos.iter().any(|l| l.prunes(a)) {
+                // Retention pruned it: its sealed head links the rest (reported as PRUNED).
+                continue;
+            }
             if matches!(a.state, AttestState::Closed | AttestState::Recovered) {
                 findings.push(Finding::new(
-                    &dir.join(layout::log_file_name(&a.session)),
+                    &expected_at
+                        .get(&a.session)
+                        .cloned()
+                        .unwrap_or_else(|| dir.join(layout::log_file_name(&a.session))),
                     Code::FileMissing,
                     Severity::Error,
                     format!(
@@ -1704,7 +1809,7 @@ fn verify_project(
         };
         findings.push(
             Finding::new(&st.path, Code::OpenSession, Severity::Undecidable, msg)
-                .at(None, lines + 1),
+                .at(None, st.base_line + lines + 1),
         );
     }
 
@@ -1727,7 +1832,18 @@ fn verify_project(
                     let Some(id) = origin.strip_prefix(&prefix) else {
                         continue;
                     };
-                    let path = dir.join(layout::log_file_name(id));
+                    // A session that is not here: in its old-layout file if the index knows
+                    // it, else in the project's first journal.
+                    let path = pos.get(id).map_or_else(
+                        || {
+                            if lane_infos.is_empty() || index.mentioned.contains(id) {
+                                dir.join(layout::log_file_name(id))
+                            } else {
+                                dir.join(journal::journal_file_name(0))
+                            }
+                        },
+                        |&i| states[i].path.clone(),
+                    );
                     let cp = match witness::latest_checkpoint(w, &origin) {
                         Ok(Some(cp)) => cp,
                         Ok(None) => continue,
@@ -1742,7 +1858,14 @@ fn verify_project(
                             continue;
                         }
                     };
+                    let pruned = lane_infos
+                        .iter()
+                        .filter_map(|l| l.pruned.as_ref())
+                        .any(|p| started_by(id, &p.last.session));
                     let Some(st) = pos.get(id).map(|&i| &mut states[i]) else {
+                        if pruned {
+                            continue;
+                        }
                         findings.push(Finding::new(
                             &path,
                             Code::WitnessAhead,
@@ -1778,7 +1901,7 @@ fn verify_project(
                                     cp.size, scan.lines
                                 ),
                             )
-                            .at(None, scan.lines + 1),
+                            .at(None, st.base_line + scan.lines + 1),
                         );
                     } else if scan.root_at(cp.size) != cp.root {
                         findings.push(
@@ -1791,7 +1914,7 @@ fn verify_project(
                                     cp.size
                                 ),
                             )
-                            .at(None, cp.size),
+                            .at(None, st.base_line + cp.size),
                         );
                     }
                 }
@@ -1930,7 +2053,7 @@ fn apply_attest(st: &mut SessionState, source: &str, a: &Attest, findings: &mut 
                         Severity::Error,
                         format!("{source} records {n} lines; the file has {}", scan.lines),
                     )
-                    .at(None, scan.lines + 1),
+                    .at(None, st.base_line + scan.lines + 1),
                 );
                 return;
             }
@@ -1947,7 +2070,7 @@ fn apply_attest(st: &mut SessionState, source: &str, a: &Attest, findings: &mut 
                         Severity::Error,
                         format!("line {n} is not the line {source} records as the session's last"),
                     )
-                    .at(None, n),
+                    .at(None, st.base_line + n),
                 );
                 return;
             }
@@ -1959,7 +2082,7 @@ fn apply_attest(st: &mut SessionState, source: &str, a: &Attest, findings: &mut 
                         Severity::Error,
                         format!("{} line(s) after the end {source} records", scan.lines - n),
                     )
-                    .at(None, n + 1),
+                    .at(None, st.base_line + n + 1),
                 );
                 return;
             }
@@ -2035,7 +2158,7 @@ fn check_checkpoint(
                     cp.size, scan.lines
                 ),
             )
-            .at(None, scan.lines + 1),
+            .at(None, st.base_line + scan.lines + 1),
         );
         return;
     }
@@ -2050,7 +2173,7 @@ fn check_checkpoint(
                     cp.size
                 ),
             )
-            .at(None, cp.size),
+            .at(None, st.base_line + cp.size),
         );
         return;
     }
@@ -2126,6 +2249,17 @@ fn coverage(opts: &VerifyOptions, report: &Report, witnessed_all: bool) -> Cover
     } else if !witnessed_all {
         notes.push("the witness does not hold the final checkpoint of every session".into());
     }
+    let pruned: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.code == Code::Pruned)
+        .collect();
+    if !pruned.is_empty() {
+        notes.push(format!(
+            "retention pruned the oldest sessions of {} journal(s): only their sealed heads remain, and nothing about their lines can be checked any more",
+            pruned.len()
+        ));
+    }
     if report.findings.iter().any(|f| f.code == Code::OpenSession) {
         notes.push(
             "lines an open session wrote after its last checkpoint are covered by no evidence"
@@ -2138,4 +2272,571 @@ fn coverage(opts: &VerifyOptions, report: &Report, witnessed_all: bool) -> Cover
         anyone: witnessed_all,
         notes,
     }
+}
+
+/// Whether session `id` started no later than session `last` (ids begin with the UTC start
+/// second; within a second their order is not known, so a session of the same second counts).
+/// Used only to excuse evidence of sessions retention pruned: a kept session removed by someone
+/// else is still named by the session after it.
+fn started_by(id: &str, last: &str) -> bool {
+    match (id.get(..16), last.get(..16)) {
+        (Some(a), Some(b)) => a <= b,
+        _ => false,
+    }
+}
+
+/// One journal lane of a project, as read by verify.
+struct LaneInfo {
+    lane: u64,
+    path: PathBuf,
+    /// Metadata taken before the journal was read.
+    meta: Option<fs::Metadata>,
+    /// SHA-256 of every complete line.
+    line_hashes: Vec<Hash>,
+    /// The sessions in journal order.
+    sessions: Vec<String>,
+    /// The authentic retention record at the journal's first line.
+    pruned: Option<crate::events::PrunedEvent>,
+    /// Latest time of an authentic line.
+    max_time: Option<u64>,
+    /// The tail state and the checkpoint, read before the journal: a session that closes
+    /// while verify runs then makes them older than the journal read, never newer.
+    tail: Option<journal::TailLine<crate::events::TailEvent>>,
+    ckpt: Option<Option<Vec<u8>>>,
+}
+
+impl LaneInfo {
+    /// Whether the lane's retention record is this statement's subject, as stated.
+    fn prunes(&self, a: &Attest) -> bool {
+        self.pruned.as_ref().is_some_and(|p| {
+            p.last.session == a.session && p.last.lines == a.lines && p.last.head == a.head
+        })
+    }
+}
+
+/// Reads a lane's journal: one [`SessionState`] per session (scanned like a session file, its
+/// findings moved to their place in the journal), and the retention record if the first line
+/// is one.
+fn read_lane(
+    dir: &Path,
+    dir_name: &str,
+    lane: u64,
+    uid: u32,
+    opts: &VerifyOptions,
+    states: &mut Vec<SessionState>,
+    findings: &mut Vec<Finding>,
+) -> Option<LaneInfo> {
+    let path = dir.join(journal::journal_file_name(lane));
+    let tail = journal::read_tail::<crate::events::TailEvent>(
+        &dir.join(journal::tail_file_name(lane)),
+        uid,
+        crate::events::KIND_TAIL,
+    );
+    let ckpt = read_nofollow(&dir.join(journal::lane_ckpt_file_name(lane)), findings);
+    let meta = fs::symlink_metadata(&path).ok();
+    let data = read_nofollow(&path, findings)??;
+    // A lock means a running writer in this lane: its newest session is still being written.
+    let live = fsx::open_read(&path).is_ok_and(|f| {
+        let busy = matches!(f.try_lock_shared(), Err(fs::TryLockError::WouldBlock));
+        let _ = f.unlock();
+        busy
+    });
+    let segs = journal::segments(&data);
+    let mut info = LaneInfo {
+        lane,
+        path: path.clone(),
+        meta,
+        line_hashes: Vec::new(),
+        sessions: Vec::new(),
+        pruned: None,
+        max_time: None,
+        tail,
+        ckpt,
+    };
+    let n = segs.len();
+    for (k, seg) in segs.iter().enumerate() {
+        if seg.session.is_empty()
+            || !layout::valid_session_id(&seg.session)
+            || states.iter().any(|s| s.id == seg.session)
+        {
+            let (lines, _) = split_lines(seg.data);
+            info.line_hashes
+                .extend(lines.iter().map(|(_, l)| sha256(l)));
+            if !seg.session.is_empty() {
+                findings.push(
+                    Finding::new(
+                        &path,
+                        Code::Malformed,
+                        Severity::Error,
+                        format!(
+                            "session {:?} again, or not a session id: a copy of a session, or a forged one",
+                            seg.session
+                        ),
+                    )
+                    .at(Some(seg.offset), seg.line + 1),
+                );
+                continue;
+            }
+            let first = lines.first().map_or(&b""[..], |(_, l)| *l);
+            match (k, read_pruned(first, dir_name, &opts.keys)) {
+                (0, Ok(Some((p, t)))) => {
+                    info.max_time = info.max_time.max(t);
+                    info.pruned = Some(p);
+                }
+                (0, Ok(None)) => {}
+                (0, Err((code, sev, msg))) => {
+                    findings.push(Finding::new(&path, code, sev, msg).at(Some(0), 1));
+                }
+                _ => {}
+            }
+            let extra = if k == 0 && info.pruned.is_some() {
+                1
+            } else {
+                0
+            };
+            if lines.len() > extra || (lines.is_empty() && !seg.data.is_empty()) {
+                findings.push(
+                    Finding::new(
+                        &path,
+                        Code::Malformed,
+                        Severity::Error,
+                        "lines before the journal's first session_start",
+                    )
+                    .at(Some(seg.offset), seg.line + 1 + extra as u64),
+                );
+            }
+            continue;
+        }
+        let id = seg.session.clone();
+        let mut st = SessionState {
+            id: id.clone(),
+            path: path.clone(),
+            exists: true,
+            live: live && k + 1 == n,
+            scan: None,
+            key_id: None,
+            complete: false,
+            missing_attested: false,
+            witnessed: None,
+            base_off: seg.offset,
+            base_line: seg.line,
+            lane: Some(lane),
+        };
+        let mut scan = match pick_key(dir_name, &id, seg.data, &opts.keys, None) {
+            Ok(key) => {
+                st.key_id = key.map(InstallSecret::key_id);
+                scan_session(&path, Some(dir_name), &id, seg.data, key, false)
+            }
+            Err(()) => {
+                findings.push(
+                    Finding::new(
+                        &path,
+                        Code::KeyUnknown,
+                        Severity::Undecidable,
+                        format!("none of the given keys is session {id}'s (verify it with --key and the exported key)"),
+                    ),
+                );
+                scan_session(&path, Some(dir_name), &id, seg.data, None, false)
+            }
+        };
+        for mut f in scan.findings.drain(..) {
+            f.offset = f.offset.map(|o| o + seg.offset);
+            f.line = f.line.map(|l| l + seg.line);
+            findings.push(f);
+        }
+        info.line_hashes.extend_from_slice(&scan.line_hashes);
+        info.max_time = info.max_time.max(scan.last_time_ms);
+        st.scan = Some(scan);
+        info.sessions.push(id);
+        states.push(st);
+    }
+    Some(info)
+}
+
+type Problem3 = (Code, Severity, String);
+
+/// A journal's first line as a retention record: `Ok(None)` when it is not one, `Ok(Some)`
+/// when it is authentic, `Err` with the finding otherwise.
+fn read_pruned(
+    first: &[u8],
+    dir_name: &str,
+    keys: &[InstallSecret],
+) -> Result<Option<(crate::events::PrunedEvent, Option<u64>)>, Problem3> {
+    let Some((prefix, mac)) = line::split_mac(first) else {
+        return Ok(None);
+    };
+    let Some(h) = line::parse_header(prefix) else {
+        return Ok(None);
+    };
+    if h.kind != crate::events::KIND_PRUNED {
+        return Ok(None);
+    }
+    let ev: crate::events::PrunedEvent = json::parse(h.event)
+        .and_then(|v| serde_json::from_value(v).map_err(|e| e.to_string()))
+        .map_err(|e| {
+            (
+                Code::Malformed,
+                Severity::Error,
+                format!("bad retention record: {e}"),
+            )
+        })?;
+    let authentic = layout::valid_session_id(&ev.by)
+        && keys
+            .iter()
+            .any(|k| ct_eq(&k.index_key(dir_name, &ev.by).mac(prefix), &mac));
+    if authentic {
+        if h.seq != 0 || h.epoch != 0 || ev.last.head_hash() != Some(h.prev) {
+            return Err((
+                Code::Malformed,
+                Severity::Error,
+                "the retention record's header does not match the head it names".into(),
+            ));
+        }
+        return Ok(Some((ev, crate::util::parse_time(h.time))));
+    }
+    if keys.iter().any(|k| hex(&k.key_id()) == ev.key_id) {
+        Err((
+            Code::BadMac,
+            Severity::Error,
+            "the MAC does not match the retention record: sessions removed under a forged record"
+                .into(),
+        ))
+    } else {
+        Err((
+            Code::KeyUnknown,
+            Severity::Undecidable,
+            format!(
+                "the retention record is under key {}, which was not given",
+                ev.key_id
+            ),
+        ))
+    }
+}
+
+/// Compares a lane journal's line hashes with a record of its length and last line (the
+/// register's, or a tail state's).
+fn journal_reaches(
+    path: &Path,
+    hashes: &[Hash],
+    lines: u64,
+    head: &str,
+    who: &str,
+) -> Option<Finding> {
+    let have = hashes.len() as u64;
+    if have < lines {
+        return Some(
+            Finding::new(
+                path,
+                Code::Truncated,
+                Severity::Error,
+                format!(
+                    "{who} records {lines} journal line(s); the journal has {have}: lines were removed, or the project folder was rolled back"
+                ),
+            )
+            .at(None, have + 1),
+        );
+    }
+    let at = if lines == 0 {
+        ZERO_HASH
+    } else {
+        hashes[lines as usize - 1]
+    };
+    (hex(&at) != head).then(|| {
+        Finding::new(
+            path,
+            Code::RootMismatch,
+            Severity::Error,
+            format!(
+                "journal line {lines} is not the one {who} records: the journal was rewritten or replaced"
+            ),
+        )
+        .at(None, lines)
+    })
+}
+
+/// The lane checks that need every session of the project read (see [`verify_project`]);
+/// returns the tail states' statements about their sessions' ends.
+#[allow(clippy::too_many_arguments)]
+fn check_lanes(
+    dir: &Path,
+    dir_name: &str,
+    opts: &VerifyOptions,
+    reg: &RegCtx<'_>,
+    lanes: &[LaneInfo],
+    states: &[SessionState],
+    pos: &HashMap<String, usize>,
+    index: &IndexInfo,
+    findings: &mut Vec<Finding>,
+) -> Vec<(String, Attest)> {
+    let mut attests = Vec::new();
+    let start_of = |id: &str| {
+        pos.get(id)
+            .and_then(|&i| states[i].scan.as_ref())
+            .and_then(|s| s.start.as_ref())
+    };
+    for info in lanes {
+        let path = &info.path;
+        // Order: each session's first line names the one before it in the journal.
+        let mut before: Option<Attest> = info.pruned.as_ref().map(|p| p.last.clone());
+        for id in &info.sessions {
+            let Some(st) = pos.get(id).map(|&i| &states[i]) else {
+                continue;
+            };
+            if let Some(start) = start_of(id) {
+                let named = start.prev_session.as_ref();
+                let bad = match (&before, named) {
+                    (Some(b), Some(n)) => {
+                        b.session != n.session
+                            || (info.pruned.is_some()
+                                && info.sessions.first() == Some(id)
+                                && (b.lines != n.lines || b.head != n.head))
+                    }
+                    (Some(_), None) => true,
+                    // The first session of a lane names nothing, or (lane 0 of a project that
+                    // had the old layout) the last old session.
+                    (None, _) => false,
+                };
+                if bad {
+                    findings.push(
+                        Finding::new(
+                            path,
+                            Code::PrevMismatch,
+                            Severity::Error,
+                            format!(
+                                "the session before this one in the journal is {}, but this session's first line names {}: sessions removed, moved or reordered",
+                                before.as_ref().map_or("none", |b| b.session.as_str()),
+                                named.map_or("none", |n| n.session.as_str())
+                            ),
+                        )
+                        .at(Some(st.base_off), st.base_line + 1),
+                    );
+                }
+            }
+            before = Some(Attest {
+                session: id.clone(),
+                state: AttestState::Closed,
+                lines: 0,
+                head: String::new(),
+            });
+        }
+        if let Some(p) = &info.pruned {
+            findings.push(
+                Finding::new(
+                    path,
+                    Code::Pruned,
+                    Severity::Warning,
+                    format!(
+                        "{} session(s) from {} to {} ({} to {}, {} journal lines) were pruned by retention {} (by session {}); their sealed head ({} lines ending with {}) links the sessions kept; their lines can no longer be checked",
+                        p.sessions,
+                        p.first,
+                        p.last.session,
+                        p.from_time,
+                        p.to_time,
+                        p.journal_lines,
+                        serde_json::to_string(&p.retention).unwrap_or_default(),
+                        p.by,
+                        p.last.lines,
+                        p.last.head
+                    ),
+                )
+                .at(Some(0), 1),
+            );
+        }
+        // Sessions that something written after their final checkpoint says closed.
+        let mut closed_after_ckpt: HashSet<String> = HashSet::new();
+        // The tail state: a statement, MACed, about the lane's last closed session.
+        if let Some(t) = &info.tail {
+            let ev = &t.event;
+            let key = opts.keys.iter().find(|k| hex(&k.key_id()) == ev.key_id);
+            if let Some(k) = key {
+                if layout::valid_session_id(&ev.session)
+                    && t.mac_ok(&k.index_key(dir_name, &ev.session))
+                {
+                    findings.extend(journal_reaches(
+                        path,
+                        &info.line_hashes,
+                        ev.lines,
+                        &hex(&t.head),
+                        &format!(
+                            "the lane's tail state (written when session {} closed)",
+                            ev.session
+                        ),
+                    ));
+                    if !ev.recovered {
+                        closed_after_ckpt.insert(ev.session.clone());
+                    }
+                    attests.push((
+                        "the lane's tail state".to_string(),
+                        Attest {
+                            session: ev.session.clone(),
+                            state: if ev.recovered {
+                                AttestState::Recovered
+                            } else {
+                                AttestState::Closed
+                            },
+                            lines: ev.session_lines,
+                            head: hex(&t.head),
+                        },
+                    ));
+                } else {
+                    findings.push(Finding::new(
+                        &dir.join(journal::tail_file_name(info.lane)),
+                        Code::CkptBad,
+                        Severity::Warning,
+                        "the lane's tail state does not verify (a crash while it was written, or an edit); it is a cache only: the next writer reads the whole journal",
+                    ));
+                }
+            }
+        }
+        // The register's last record of the lane.
+        if let Some(rec) = reg
+            .info
+            .and_then(|r| r.lanes.get(&(dir_name.to_string(), info.lane)))
+        {
+            if rec.index_lines > 0 {
+                // A close record (a "creating project" record has no lines).
+                closed_after_ckpt.insert(rec.session.clone());
+            }
+            findings.extend(journal_reaches(
+                path,
+                &info.line_hashes,
+                rec.index_lines,
+                &rec.index_head,
+                &format!("the register (after session {})", rec.session),
+            ));
+        }
+        // The lane's checkpoint.
+        let ckpt_path = dir.join(journal::lane_ckpt_file_name(info.lane));
+        match info.ckpt.clone() {
+            Some(Some(data)) => {
+                let origin_session = std::str::from_utf8(&data)
+                    .ok()
+                    .and_then(|t| Note::parse(t).ok())
+                    .and_then(|n| Checkpoint::parse_text(&n.text).ok())
+                    .and_then(|cp| {
+                        cp.origin
+                            .strip_prefix(&format!("{}{dir_name}/", checkpoint::ORIGIN_PREFIX))
+                            .map(str::to_string)
+                    });
+                match origin_session.as_deref().and_then(|id| pos.get(id)) {
+                    Some(&i) => {
+                        let st = &states[i];
+                        let key = st
+                            .key_id
+                            .and_then(|id| opts.keys.iter().find(|k| k.key_id() == id));
+                        check_checkpoint(&ckpt_path, &data, dir_name, st, key, findings);
+                    }
+                    None => {
+                        let pruned = origin_session.as_deref().is_some_and(|id| {
+                            info.pruned
+                                .as_ref()
+                                .is_some_and(|p| started_by(id, &p.last.session))
+                        });
+                        if !pruned {
+                            findings.push(Finding::new(
+                                &ckpt_path,
+                                Code::CkptBad,
+                                Severity::Error,
+                                "the lane's checkpoint names no session of this lane",
+                            ));
+                        }
+                    }
+                }
+            }
+            Some(None) => {
+                // The writer publishes a checkpoint after every seal before it writes anything
+                // else, and before its close record (tail state, register): a session that
+                // continued after a seal, or whose close is recorded, had one.
+                let wants = info.sessions.iter().find(|id| {
+                    pos.get(*id).map(|&i| &states[i]).is_some_and(|st| {
+                        st.key_id.is_some()
+                            && st.scan.as_ref().is_some_and(|s| {
+                                s.start.as_ref().is_some_and(|x| x.checkpoints)
+                                    && !s.seals.is_empty()
+                                    && (s.ckpt_min > 0 || closed_after_ckpt.contains(*id))
+                            })
+                    })
+                });
+                if let Some(id) = wants {
+                    findings.push(Finding::new(
+                        &ckpt_path,
+                        Code::FileMissing,
+                        Severity::Error,
+                        format!(
+                            "checkpoints are on and session {id} of this lane sealed an epoch, yet the lane has no checkpoint"
+                        ),
+                    ));
+                }
+            }
+            None => {}
+        }
+        // ctime: lines cut from the journal's end move it.
+        if let (Some(meta), Some(t)) = (&info.meta, info.max_time) {
+            let slack = u64::try_from(opts.ctime_slack.as_millis()).unwrap_or(u64::MAX);
+            let c = fsx::ctime_ms(meta);
+            if meta.file_type().is_file() && c > t.saturating_add(slack) {
+                findings.push(Finding::new(
+                    path,
+                    Code::ChangedAfterWrite,
+                    Severity::Undecidable,
+                    format!(
+                        "the journal changed {} ms after its last line was written (lines cut from its end?)",
+                        c - t
+                    ),
+                ));
+            }
+        }
+        // The old index, as the first journal session of the project found it.
+        if let Some(first) = info.sessions.first() {
+            if let Some(li) = start_of(first).and_then(|s| s.legacy_index.as_ref()) {
+                let index_path = dir.join(INDEX_FILE);
+                let have = index.line_hashes.len() as u64;
+                if have < li.lines {
+                    findings.push(Finding::new(
+                        &index_path,
+                        Code::Truncated,
+                        Severity::Error,
+                        format!(
+                            "session {first}, the first of the journal layout, found {} index lines; the index has {have}",
+                            li.lines
+                        ),
+                    ));
+                } else if have > li.lines {
+                    findings.push(
+                        Finding::new(
+                            &index_path,
+                            Code::AfterEnd,
+                            Severity::Error,
+                            format!(
+                                "{} index line(s) after the project moved to the journal layout (session {first}), which never writes the index",
+                                have - li.lines
+                            ),
+                        )
+                        .at(None, li.lines + 1),
+                    );
+                } else {
+                    let at = if li.lines == 0 {
+                        ZERO_HASH
+                    } else {
+                        index.line_hashes[li.lines as usize - 1]
+                    };
+                    if hex(&at) != li.head {
+                        findings.push(
+                            Finding::new(
+                                &index_path,
+                                Code::RootMismatch,
+                                Severity::Error,
+                                format!(
+                                    "index line {} is not the one session {first} found when the project moved to the journal layout",
+                                    li.lines
+                                ),
+                            )
+                            .at(None, li.lines),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    attests
 }

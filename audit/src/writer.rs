@@ -13,16 +13,18 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::error::AuditError;
 use crate::events::{
     head_hex, Attest, AttestState, IndexCloseEvent, IndexStartEvent, Problem, RegisterEvent,
-    SealEvent, StartEvent, UnverifiedLine, INDEX_CLOSE, INDEX_START, KIND_END, KIND_SEAL,
-    KIND_START, RESERVED_KINDS,
+    Retention, SealEvent, StartEvent, TailEvent, UnverifiedLine, INDEX_CLOSE, INDEX_START,
+    KIND_END, KIND_SEAL, KIND_START, KIND_TAIL, RESERVED_KINDS,
 };
 use crate::fsx;
 use crate::index::{IndexEvent, LockedIndex};
+use crate::journal::{self, LockedLane};
 use crate::keys::{EpochKey, InstallSecret, MacKey};
 use crate::layout::{self, ckpt_file_name, log_file_name};
 use crate::line::{self, NewLine, MAX_LINE_BYTES};
 use crate::merkle::{leaf_hash, Compact, Tree};
 use crate::redact::redact_value;
+use crate::register::LockedRegister;
 use crate::register::{check_register, index_against_register, register_path};
 use crate::report::{Finding, Severity};
 use crate::util::{hex, now_ms, sha256, Hash, ZERO_HASH};
@@ -32,6 +34,8 @@ use crate::witness::{self, Answer, WitnessConfig};
 pub const DEFAULT_EPOCH_MAX_LINES: u64 = 256;
 /// Default epoch length.
 pub const DEFAULT_EPOCH_MAX_AGE: Duration = Duration::from_secs(60);
+/// Default number of due sessions that triggers a prune.
+pub const DEFAULT_PRUNE_BATCH: u64 = 64;
 
 /// Where and how a session is recorded.
 #[derive(Debug, Clone)]
@@ -55,6 +59,15 @@ pub struct AuditConfig {
     /// `fdatasync` the log before every checkpoint, after durable appends and at close.
     /// Turn off only in benchmarks and tests.
     pub fsync: bool,
+    /// What retention keeps (`None`: everything). Applied at close to the session's lane.
+    pub retention: Option<Retention>,
+    /// Prune only once at least this many sessions of the lane are due (at least 1): each prune
+    /// rewrites the lane's journal, so it is done in batches.
+    pub prune_batch: u64,
+    /// Write the old layout (an index and a file per session). Only to build old-layout logs
+    /// in tests of the migration; `garuda` never sets it.
+    #[doc(hidden)]
+    pub legacy_layout: bool,
 }
 
 impl AuditConfig {
@@ -70,6 +83,9 @@ impl AuditConfig {
             epoch_max_lines: DEFAULT_EPOCH_MAX_LINES,
             epoch_max_age: DEFAULT_EPOCH_MAX_AGE,
             fsync: true,
+            retention: None,
+            prune_batch: DEFAULT_PRUNE_BATCH,
+            legacy_layout: false,
         }
     }
 }
@@ -119,6 +135,28 @@ pub struct SessionWriter {
     witness_size: u64,
     poisoned: Option<String>,
     buf: Vec<u8>,
+    journal: Option<JournalState>,
+}
+
+/// Where a journal-layout writer is in its lane.
+struct JournalState {
+    /// The register tail's key (install-wide; see [`InstallSecret::register_tail_key`]).
+    tail_key: MacKey,
+    lock: LockedLane,
+    lane: u64,
+    /// The journal's length, line count, and the offset of its last line.
+    bytes: u64,
+    lines: u64,
+    last_at: u64,
+    /// Whether this session already published a checkpoint, and whether the lane's
+    /// checkpoint file existed when the session started.
+    published: bool,
+    ckpt_existed: bool,
+    retention: Option<Retention>,
+    prune_batch: u64,
+    /// Sessions in the journal before this one; closes since retention last looked.
+    sessions: u64,
+    unchecked: u64,
 }
 
 impl std::fmt::Debug for SessionWriter {
@@ -142,6 +180,232 @@ impl SessionWriter {
     /// (and recovers sessions whose writer died), creates the log file and writes its first
     /// line. `start` is redacted and stored as the first line's `info`.
     pub fn open(cfg: &AuditConfig, start: Value) -> Result<SessionWriter, AuditError> {
+        if cfg.legacy_layout {
+            Self::open_legacy(cfg, start)
+        } else {
+            Self::open_journal(cfg, start)
+        }
+    }
+
+    fn check_config(cfg: &AuditConfig) -> Result<(), AuditError> {
+        if cfg.epoch_max_lines == 0 {
+            return Err(AuditError::Config {
+                reason: "epoch_max_lines must be at least 1",
+            });
+        }
+        if cfg.epoch_max_age.is_zero() {
+            return Err(AuditError::Config {
+                reason: "epoch_max_age must be more than zero",
+            });
+        }
+        if cfg.prune_batch == 0 {
+            return Err(AuditError::Config {
+                reason: "prune_batch must be at least 1",
+            });
+        }
+        Ok(())
+    }
+
+    /// The journal layout (see [`crate::journal`]): one durable write before the caller's
+    /// command (its intent, through [`Self::append_durable`]), and nothing read before the
+    /// lane's and the register's last lines.
+    fn open_journal(cfg: &AuditConfig, start: Value) -> Result<SessionWriter, AuditError> {
+        Self::check_config(cfg)?;
+        let uid = fsx::current_uid()?;
+        let secret = InstallSecret::load_or_create(&cfg.keys_dir)?;
+        fsx::ensure_private_dir(&cfg.audit_root, uid)?;
+        let dir = layout::project_audit_dir(&cfg.audit_root, &cfg.project_root)?;
+        let dir_name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let reg_path = register_path(&cfg.audit_root);
+        // The ctimes before anything here is created or written: what the survey compares.
+        let root_meta = std::fs::symlink_metadata(&cfg.audit_root).ok();
+        let register_meta = std::fs::symlink_metadata(&reg_path).ok();
+        let dir_meta = std::fs::symlink_metadata(&dir).ok();
+        let id = layout::new_session_id()?;
+        let key_id = hex(&secret.key_id());
+        let register_key = secret.register_key(&dir_name, &id);
+        let index_key = secret.index_key(&dir_name, &id);
+        let tail_key = secret.register_tail_key();
+        let mut found: Vec<Finding> = Vec::new();
+        if dir_meta.is_none() {
+            // Creating the project folder moves the audit root's ctime: record it in the
+            // register first (synced: the first run of a project only), so that neither a crash
+            // nor a power loss before this session's close looks like a change after the last
+            // recorded write.
+            let mut register = LockedRegister::open(
+                &reg_path,
+                uid,
+                &tail_key,
+                Some(&secret),
+                &id,
+                cfg.fsync,
+                &mut found,
+            )?;
+            if let Some((session, lines)) = register.view.knows(&dir_name) {
+                if lines > 0 {
+                    found.push(Finding::new(
+                        &dir,
+                        crate::Code::FileMissing,
+                        Severity::Error,
+                        format!(
+                            "the register records sessions of this project (the last one {session}), but its audit folder was gone"
+                        ),
+                    ));
+                }
+            }
+            register.append(
+                INDEX_START,
+                &RegisterEvent {
+                    project: dir_name.clone(),
+                    session: id.clone(),
+                    key_id: key_id.clone(),
+                    index_lines: 0,
+                    index_head: hex(&ZERO_HASH),
+                    lane: Some(0),
+                    bytes: Some(0),
+                },
+                &register_key,
+                &tail_key,
+                cfg.fsync,
+            )?;
+            fsx::ensure_private_dir(&dir, uid)?;
+            if cfg.fsync {
+                // The folder's entry must be on disk before the intent that lives in it (and,
+                // on the first run of all, the audit root's and the register's entries).
+                fsx::fsync_dir(&cfg.audit_root)?;
+                if root_meta.is_none() || register_meta.is_none() {
+                    if let Some(home) = cfg.audit_root.parent() {
+                        fsx::fsync_dir(home)?;
+                    }
+                }
+            }
+        } else {
+            fsx::ensure_private_dir(&dir, uid)?;
+        }
+        let mut lock = journal::lock_free_lane(&dir, uid)?;
+        if lock.created && cfg.fsync {
+            // The journal's entry must be on disk before the intent written into it.
+            fsx::fsync_dir(&dir)?;
+        }
+        // Lock order, everywhere: the lane, then the register. (On a project's first run the
+        // register was just checked above: its findings are not repeated.)
+        let mut again = Vec::new();
+        let register = LockedRegister::open(
+            &reg_path,
+            uid,
+            &tail_key,
+            Some(&secret),
+            &id,
+            cfg.fsync,
+            if dir_meta.is_none() {
+                &mut again
+            } else {
+                &mut found
+            },
+        )?;
+        let ctx = crate::lane::OpenCtx {
+            root: &cfg.audit_root,
+            reg_path: &reg_path,
+            dir: &dir,
+            dir_name: &dir_name,
+            session: &id,
+            uid,
+            fsync: cfg.fsync,
+            root_meta: &root_meta,
+            register_meta: &register_meta,
+            dir_meta: &dir_meta,
+        };
+        let st = crate::lane::start(&ctx, &mut lock, &register.view, &secret)?;
+        drop(register);
+        found.extend(st.found);
+        let found_at_start: Vec<Problem> = found
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+            .map(problem_of)
+            .collect();
+        let path = lock.path.clone();
+        let file = lock
+            .file
+            .try_clone()
+            .map_err(|e| AuditError::io(&path, e))?;
+        let prev = match &st.prev_session {
+            Some(a) if matches!(a.state, AttestState::Closed | AttestState::Recovered) => {
+                a.head_hash().unwrap_or(ZERO_HASH)
+            }
+            _ => ZERO_HASH,
+        };
+        let lane = lock.lane;
+        let mut w = SessionWriter {
+            uid,
+            origin: checkpoint::origin(&dir_name, &id),
+            dir: dir.clone(),
+            path,
+            file,
+            key: secret.session_key(&dir_name, &id),
+            index_key,
+            register_key,
+            reg_path,
+            project: dir_name.clone(),
+            key_id: key_id.clone(),
+            id: id.clone(),
+            checkpoints: cfg.checkpoints,
+            witness: cfg.witness.clone(),
+            fsync: cfg.fsync,
+            max_lines: cfg.epoch_max_lines,
+            max_age: cfg.epoch_max_age,
+            seq: 0,
+            prev,
+            epoch_lines: 0,
+            epoch_started: Instant::now(),
+            compact: Compact::new(),
+            tree: cfg.witness.as_ref().map(|_| Tree::new()),
+            witness_size: 0,
+            poisoned: None,
+            buf: Vec::with_capacity(1024),
+            journal: Some(JournalState {
+                tail_key,
+                lock,
+                lane,
+                bytes: st.bytes,
+                lines: st.lines,
+                last_at: st.last_at,
+                published: false,
+                ckpt_existed: st.ckpt_exists,
+                retention: cfg.retention,
+                prune_batch: cfg.prune_batch,
+                sessions: st.sessions,
+                unchecked: st.unchecked,
+            }),
+        };
+        drop(secret);
+        // The derivations above ran in deeper frames, now dead: overwrite them.
+        wipe_stack();
+        let mut info = start;
+        redact_value(&mut info);
+        let ev = to_value(&StartEvent {
+            session: id,
+            project: dir_name,
+            key_id,
+            checkpoints: cfg.checkpoints,
+            witness: cfg.witness.is_some(),
+            prev_session: st.prev_session,
+            recovered: st.recovered,
+            info,
+            register: None,
+            found_at_start,
+            unverified: st.unverified,
+            legacy_index: st.legacy_index,
+        });
+        // Not synced: the caller's durable intent (same file) makes it durable with itself.
+        w.write_line(KIND_START, &ev)?;
+        w.epoch_lines += 1;
+        Ok(w)
+    }
+
+    fn open_legacy(cfg: &AuditConfig, start: Value) -> Result<SessionWriter, AuditError> {
         if cfg.epoch_max_lines == 0 {
             return Err(AuditError::Config {
                 reason: "epoch_max_lines must be at least 1",
@@ -184,6 +448,8 @@ impl SessionWriter {
                     key_id: key_id.clone(),
                     index_lines: 0,
                     index_head: hex(&ZERO_HASH),
+                    lane: None,
+                    bytes: None,
                 }),
                 &register_key,
                 cfg.fsync,
@@ -230,6 +496,8 @@ impl SessionWriter {
                 key_id: key_id.clone(),
                 index_lines: index.lines(),
                 index_head: hex(&index.head()),
+                lane: None,
+                bytes: None,
             }),
             &register_key,
             cfg.fsync,
@@ -278,6 +546,7 @@ impl SessionWriter {
             witness_size: 0,
             poisoned: None,
             buf: Vec::with_capacity(1024),
+            journal: None,
         };
         drop(secret);
         // The derivations above ran in deeper frames, now dead: overwrite them.
@@ -296,6 +565,7 @@ impl SessionWriter {
             register: Some(register_seq),
             found_at_start,
             unverified,
+            legacy_index: None,
         });
         w.write_line(KIND_START, &ev)?;
         w.epoch_lines += 1;
@@ -362,7 +632,14 @@ impl SessionWriter {
             w.write_line(KIND_END, &json!({ "info": info }))?;
             w.epoch_lines += 1;
             let note = w.seal()?;
-            w.publish(note)?;
+            let synced = w.publish(note)?;
+            if w.journal.is_some() {
+                if w.fsync && !synced {
+                    // The register and the tail state name these lines: on disk first.
+                    w.sync()?;
+                }
+                return w.close_journal();
+            }
             if w.fsync {
                 w.sync()?;
             }
@@ -389,6 +666,8 @@ impl SessionWriter {
                     key_id: w.key_id.clone(),
                     index_lines: index.lines(),
                     index_head: hex(&index.head()),
+                    lane: None,
+                    bytes: None,
                 }),
                 &w.register_key,
                 w.fsync,
@@ -399,6 +678,101 @@ impl SessionWriter {
         // and the keys are zeroized when `self` drops here.
         self.poisoned = Some("closed".into());
         Ok(self.head())
+    }
+
+    /// The journal layout's close, after the final seal is on disk: retention, the register's
+    /// record of the lane, the lane's tail state. None of it is synced (see docs/audit.md,
+    /// "Syncs"): each names only lines already on disk, and a lost one is rebuilt by the next
+    /// writer from the files.
+    fn close_journal(&mut self) -> Result<(), AuditError> {
+        if let Some(j) = &mut self.journal {
+            j.sessions += 1;
+            j.unchecked = j.unchecked.saturating_add(1);
+            // Reading the whole journal to see what is due is done only when something can be:
+            // sessions beyond what is kept by count, or (by age) once every batch of closes.
+            let look = j.retention.is_some_and(|r| {
+                let by_count = r.sessions.is_none_or(|keep| {
+                    j.sessions.saturating_sub(1).saturating_sub(keep) >= j.prune_batch
+                });
+                let by_age = r.days.is_none() || j.unchecked >= j.prune_batch;
+                by_count && by_age
+            });
+            if let Some(retention) = j.retention.filter(|_| look) {
+                j.unchecked = 0;
+                let args = crate::retention::PruneArgs {
+                    dir: &self.dir,
+                    lane: j.lane,
+                    path: &self.path,
+                    file: &j.lock.file,
+                    uid: self.uid,
+                    fsync: self.fsync,
+                    retention,
+                    batch: j.prune_batch,
+                    by: &self.id,
+                    key_id: &self.key_id,
+                    index_key: &self.index_key,
+                };
+                if let Some(p) = crate::retention::prune_if_due(&args)? {
+                    self.file = p
+                        .file
+                        .try_clone()
+                        .map_err(|e| AuditError::io(&self.path, e))?;
+                    j.lock.file = p.file;
+                    j.bytes = p.bytes;
+                    j.lines = p.lines;
+                    j.last_at = p.last_at;
+                    j.sessions = p.sessions;
+                }
+            }
+        }
+        let Some(j) = &self.journal else {
+            return Ok(());
+        };
+        let mut found = Vec::new();
+        let mut register = LockedRegister::open(
+            &self.reg_path,
+            self.uid,
+            &j.tail_key,
+            None,
+            &self.id,
+            false,
+            &mut found,
+        )?;
+        register.append(
+            INDEX_CLOSE,
+            &RegisterEvent {
+                project: self.project.clone(),
+                session: self.id.clone(),
+                key_id: self.key_id.clone(),
+                index_lines: j.lines,
+                index_head: hex(&self.prev),
+                lane: Some(j.lane),
+                bytes: Some(j.bytes),
+            },
+            &self.register_key,
+            &j.tail_key,
+            false,
+        )?;
+        drop(register);
+        let tail = TailEvent {
+            session: self.id.clone(),
+            key_id: self.key_id.clone(),
+            bytes: j.bytes,
+            lines: j.lines,
+            last_at: j.last_at,
+            session_lines: self.seq,
+            sessions: j.sessions,
+            unchecked: j.unchecked,
+            recovered: false,
+        };
+        journal::write_tail(
+            &self.dir.join(journal::tail_file_name(j.lane)),
+            KIND_TAIL,
+            &to_value(&tail),
+            &self.prev,
+            &self.index_key,
+            self.uid,
+        )
     }
 
     fn guarded<T>(
@@ -486,6 +860,11 @@ impl SessionWriter {
         self.file
             .write_all(&self.buf)
             .map_err(|e| AuditError::io(&self.path, e))?;
+        if let Some(j) = &mut self.journal {
+            j.last_at = j.bytes;
+            j.bytes += self.buf.len() as u64;
+            j.lines += 1;
+        }
         let body = &self.buf[..self.buf.len() - 1];
         self.prev = sha256(body);
         let leaf = leaf_hash(body);
@@ -535,31 +914,39 @@ impl SessionWriter {
             note = self.seal()?;
         }
         self.epoch_started = now;
-        self.publish(note)
+        self.publish(note).map(|_| ())
     }
 
     /// Makes the log durable, then writes the checkpoint file and sends the checkpoint to the
     /// witness. The order matters: a checkpoint never names more lines than the disk holds.
-    fn publish(&mut self, note: Option<(String, u64)>) -> Result<(), AuditError> {
+    /// Returns whether it synced the log.
+    fn publish(&mut self, note: Option<(String, u64)>) -> Result<bool, AuditError> {
         let Some((note, size)) = note else {
-            return Ok(());
+            return Ok(false);
         };
         if self.fsync {
             self.sync()?;
         }
         if self.checkpoints {
-            fsx::write_atomic(
-                &self.dir,
-                &ckpt_file_name(&self.id),
-                note.as_bytes(),
-                self.fsync,
-                self.uid,
-            )?;
+            let (name, sync) = match &mut self.journal {
+                // A session's first checkpoint replaces an older session's: if it were lost
+                // (power loss), the older one names fewer lines than the journal holds, which
+                // is no contradiction. A later one replaces this session's own earlier one,
+                // which would then look stale: synced. So is the lane's very first one, whose
+                // loss would leave no checkpoint at all.
+                Some(j) => {
+                    let first = !j.published && j.ckpt_existed;
+                    j.published = true;
+                    (journal::lane_ckpt_file_name(j.lane), self.fsync && !first)
+                }
+                None => (ckpt_file_name(&self.id), self.fsync),
+            };
+            fsx::write_atomic(&self.dir, &name, note.as_bytes(), sync, self.uid)?;
         }
         if let Some(w) = self.witness.clone() {
             self.submit(&w, &note, size)?;
         }
-        Ok(())
+        Ok(self.fsync)
     }
 
     fn submit(&mut self, w: &WitnessConfig, note: &str, size: u64) -> Result<(), AuditError> {
@@ -607,7 +994,7 @@ impl SessionWriter {
 
 /// Looks at the sessions the index lists and states, for the new session's first line, how the
 /// previous one ended and which others died without closing.
-fn attest_others(dir: &Path, events: &[IndexEvent]) -> (Option<Attest>, Vec<Attest>) {
+pub(crate) fn attest_others(dir: &Path, events: &[IndexEvent]) -> (Option<Attest>, Vec<Attest>) {
     let mut order: Vec<&str> = Vec::new();
     let mut closes: HashMap<&str, &IndexCloseEvent> = HashMap::new();
     let mut settled: HashSet<&str> = HashSet::new();
@@ -930,12 +1317,86 @@ fn survey(
     (problems, unverified)
 }
 
+/// What the first journal session of a project written in the old layout checks of the old
+/// files, once, with its secret: the index's chain and MACs, the index against the register's
+/// last old-layout record, and the last old session against the index's close entry. The
+/// ctimes are the journal survey's (see [`crate::lane::start`]).
+pub(crate) fn legacy_survey(
+    ctx: &crate::lane::OpenCtx<'_>,
+    index: &crate::index::ReadIndex,
+    legacy_rec: Option<&crate::events::LaneRecord>,
+    secret: &InstallSecret,
+) -> (Vec<Finding>, Vec<UnverifiedLine>) {
+    let keys = std::slice::from_ref(secret);
+    let mut found: Vec<Finding> = Vec::new();
+    let mut unverified = Vec::new();
+    let index_path = ctx.dir.join(layout::INDEX_FILE);
+    let idx = crate::verify::verify_index(
+        &index_path,
+        ctx.dir_name,
+        &index.data,
+        keys,
+        true,
+        &mut found,
+    );
+    if let Some(rec) = legacy_rec {
+        let ev = RegisterEvent {
+            project: rec.project.clone(),
+            session: rec.session.clone(),
+            key_id: String::new(),
+            index_lines: rec.lines,
+            index_head: rec.head.clone(),
+            lane: None,
+            bytes: None,
+        };
+        found.extend(index_against_register(&index_path, &idx.line_hashes, &ev));
+    }
+    anchor(
+        "index",
+        idx.last_time_ms,
+        idx.last_authentic_line,
+        &idx.unknown,
+        &mut unverified,
+    );
+    if let Some((_, last)) = idx.starts.last() {
+        if let Some((_, c)) = idx.closes.get(&last.session) {
+            let path = ctx.dir.join(log_file_name(&c.session));
+            match fsx::read_private(&path, ctx.uid) {
+                Ok(Some(data)) => {
+                    let (lines, head) = layout::head_of(&data);
+                    if lines != c.lines || head_hex(&head) != c.head {
+                        found.push(Finding::new(
+                            &path,
+                            crate::Code::RootMismatch,
+                            Severity::Error,
+                            format!(
+                                "the index close entry records {} lines ending with {}; the file has {lines}",
+                                c.lines, c.head
+                            ),
+                        ));
+                    }
+                }
+                _ => found.push(Finding::new(
+                    &path,
+                    crate::Code::FileMissing,
+                    Severity::Error,
+                    format!(
+                        "the index closes session {} with {} lines; its file is gone",
+                        c.session, c.lines
+                    ),
+                )),
+            }
+        }
+    }
+    (found, unverified)
+}
+
 /// At most this many unverified lines per file are named in a first line.
 const MAX_UNVERIFIED: usize = 64;
 
 /// The time to compare ctimes with: the last own line's, or, with no own line at all, the last
 /// unknown-key line's. Names every unknown-key line after the last own line in `out`.
-fn anchor(
+pub(crate) fn anchor(
     file: &str,
     own: Option<u64>,
     last_own_line: u64,

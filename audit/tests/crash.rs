@@ -73,6 +73,17 @@ fn crash_child() {
     }
 }
 
+/// Every file of a folder, for a failure message.
+fn dump(dir: &Path) -> String {
+    let mut out = String::new();
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let data = fs::read(&p).unwrap_or_default();
+        out += &format!("{}:\n{}\n", p.display(), String::from_utf8_lossy(&data));
+    }
+    out
+}
+
 fn verify(base: &Path, cfg: &AuditConfig) -> garuda_audit::Report {
     let key = InstallSecret::load(&cfg.keys_dir).unwrap();
     let dir = project_audit_dir(&cfg.audit_root, &cfg.project_root).unwrap();
@@ -125,8 +136,9 @@ fn a_writer_killed_at_random_points_never_looks_tampered() {
         assert_ne!(
             report.outcome(),
             Outcome::Tampered,
-            "run {run} (killed after {delay} ms):\n{}",
-            report.render_text()
+            "run {run} (killed after {delay} ms):\n{}\n{}",
+            report.render_text(),
+            dump(&project_audit_dir(&cfg.audit_root, &cfg.project_root).unwrap())
         );
         *tally.entry(format!("{:?}", report.outcome())).or_default() += 1;
         for f in &report.findings {

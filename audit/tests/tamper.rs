@@ -242,16 +242,22 @@ fn a_torn_last_line_is_a_warning() {
     let mut data = fs::read(&path).unwrap();
     data.extend_from_slice(&lines[lines.len() - 1][..50]);
     fs::write(&path, &data).unwrap();
-    // The next session records the crashed one as found.
-    env.session(1, true);
+    // Before the next session: a warning and "cannot tell" (the session is not closed), never
+    // an error.
     let r = env.verify();
-    assert_outcome(&r, Outcome::Verified);
+    assert_outcome(&r, Outcome::Undecidable);
     assert_finding(
         &r,
         Code::TornTail,
         Some(lines.len() as u64 + 1),
         Some(&path),
     );
+    assert!(r.findings.iter().all(|f| f.severity != Severity::Error));
+    // The next session (journal layout: it cuts the torn bytes before it appends, and records
+    // the crashed session's complete lines as found) leaves everything verified.
+    env.session(1, true);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Verified);
     assert!(r.findings.iter().all(|f| f.severity == Severity::Warning));
 }
 
@@ -275,7 +281,10 @@ fn a_deleted_middle_session_is_file_missing() {
     env.session(3, true);
     let middle = env.session(3, true);
     env.session(3, true);
-    fs::remove_file(&middle).unwrap();
+    // Journal layout: the middle session's lines cut out of the journal.
+    let mut lines = read_lines(&middle);
+    lines.drain(segment(&middle, 1));
+    write_lines(&middle, &lines);
     let r = env.verify();
     assert_outcome(&r, Outcome::Tampered);
     assert_finding(&r, Code::FileMissing, None, Some(&middle));
@@ -285,47 +294,42 @@ fn a_deleted_middle_session_is_file_missing() {
 fn a_deleted_newest_session() {
     let env = Env::new().with_witness();
     env.session(3, true);
+    let saved = save(&env);
     let newest = env.session(3, true);
-    let index = env.dir().join(garuda_audit::INDEX_FILE);
-    let index_lines = read_lines(&index);
-    assert_eq!(index_lines.len(), 4);
+    let journal = read_lines(&newest);
+    let cut = segment(&newest, 1).start;
     std::thread::sleep(Duration::from_millis(60));
-    fs::remove_file(&newest).unwrap();
-    fs::remove_file(newest.with_extension("ckpt")).unwrap();
+    // Journal layout: the newest session's lines cut from the journal's end.
+    write_lines(&newest, &journal[..cut]);
 
-    // The index still records its close: tampering, and the file is named.
+    // The lane's tail state, its checkpoint and the register still record it: tampering, the
+    // journal named.
     let r = env.verify();
     assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::FileMissing, None, Some(&newest));
+    assert_finding(&r, Code::Truncated, Some(cut as u64 + 1), Some(&newest));
 
-    // Cut the index back to the session's start entry: the register still records the
-    // index's head after the close, so the cut shows (before the register: undecidable).
-    write_lines(&index, &index_lines[..3]);
+    // The tail state and the checkpoint put back as they were before it: the register
+    // (outside the project's folder) still records the journal's length after the session.
+    for (p, data) in saved.files.iter().take(2) {
+        fs::write(p, data).unwrap();
+    }
     let r = env.verify();
     assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::Truncated, None, Some(&index));
+    assert_finding(&r, Code::Truncated, Some(cut as u64 + 1), Some(&newest));
 
-    // Cut the register back too: a crash right after the start entries would look the
-    // same, so locally this is undecidable (exit 2) ...
+    // ... and with every trace gone (its register line cut, the register's tail state put
+    // back), the ctimes still tell (root could hide it).
     let register = env.cfg.audit_root.with_file_name("audit.register.jsonl");
     let reg_lines = read_lines(&register);
-    // The first session's "creating project" line, then a start and a close per session.
-    assert_eq!(reg_lines.len(), 5);
-    write_lines(&register, &reg_lines[..4]);
+    // The first session's "creating project" line, then a close per session.
+    assert_eq!(reg_lines.len(), 3);
+    write_lines(&register, &reg_lines[..2]);
+    fs::write(&saved.files[2].0, &saved.files[2].1).unwrap();
     let mut o = env.options();
-    o.ctime_slack = Duration::from_secs(86_400);
-    let r = garuda_audit::verify(&o);
-    assert_outcome(&r, Outcome::Undecidable);
-    assert_eq!(r.outcome().exit_code(), 2);
-    assert_finding(&r, Code::FileMissing, None, Some(&newest));
-
-    // ... and with every trace gone, the ctimes still tell (root could hide it).
-    write_lines(&index, &index_lines[..2]);
-    write_lines(&register, &reg_lines[..3]);
     o.ctime_slack = Duration::from_millis(20);
     let r = garuda_audit::verify(&o);
     assert_outcome(&r, Outcome::Undecidable);
-    assert_finding(&r, Code::ChangedAfterWrite, None, Some(&env.dir()));
+    assert_finding(&r, Code::ChangedAfterWrite, None, Some(&newest));
     // Negative control: without the ctime check (a huge slack) nothing local is left.
     o.ctime_slack = Duration::from_secs(86_400);
     assert_outcome(&garuda_audit::verify(&o), Outcome::Verified);
@@ -424,14 +428,18 @@ fn a_line_copied_from_another_session_is_bad_mac() {
     let env = Env::new();
     let a = env.session(10, true);
     let b = env.session(10, true);
-    let la = read_lines(&a);
-    let mut lb = read_lines(&b);
-    let n = line_with(&lb, "cmd-4");
-    lb[n - 1] = la[n - 1].clone();
-    write_lines(&b, &lb);
+    // Journal layout: both sessions are in one file; copy session a's line into session b at
+    // the same place.
+    assert_eq!(a, b);
+    let la = session_lines(&a, 0);
+    let n = line_with(&la, "cmd-4");
+    let mut all = read_lines(&b);
+    let at = segment(&b, 1).start + n - 1;
+    all[at] = la[n - 1].clone();
+    write_lines(&b, &all);
     let r = env.verify();
     assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::BadMac, Some(n as u64), Some(&b));
+    assert_finding(&r, Code::BadMac, Some(at as u64 + 1), Some(&b));
 }
 
 #[test]
@@ -547,8 +555,8 @@ fn links_and_loose_modes_are_unsafe_mode() {
 fn the_writer_refuses_a_planted_link() {
     let env = Env::new();
     env.session(1, true);
-    // A link where the project's index should be: the writer must not follow it.
-    let index = env.dir().join(garuda_audit::INDEX_FILE);
+    // A link where the project's journal should be: the writer must not follow it.
+    let index = env.dir().join(garuda_audit::journal::journal_file_name(0));
     let target = env.tmp.path().join("victim");
     fs::write(&target, b"").unwrap();
     fs::remove_file(&index).unwrap();
@@ -695,16 +703,18 @@ fn a_running_writer_can_vouch_for_its_head() {
     // Locked by a live writer: its end is unknown.
     let r = env.verify();
     assert_outcome(&r, Outcome::Undecidable);
-    assert_finding(&r, Code::OpenSession, Some(3), Some(w.path()));
+    // (Journal layout: line numbers are the journal's; the live session starts at `base + 1`.)
+    let base = start_line(w.path()) - 1;
+    assert_finding(&r, Code::OpenSession, Some(base + 3), Some(w.path()));
     let mut o = env.options();
     o.trusted_heads = vec![w.head()];
     assert_outcome(&garuda_audit::verify(&o), Outcome::Verified);
     // A cut behind the writer's back contradicts its head.
     let lines = read_lines(w.path());
-    write_lines(w.path(), &lines[..1]);
+    write_lines(w.path(), &lines[..base as usize + 1]);
     let r = garuda_audit::verify(&o);
     assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::Truncated, Some(2), Some(w.path()));
+    assert_finding(&r, Code::Truncated, Some(base + 2), Some(w.path()));
 }
 
 #[test]
@@ -730,7 +740,10 @@ fn a_large_session_is_checked_the_same_way() {
 
 #[test]
 fn index_tampering_is_found() {
-    let env = Env::new();
+    // The old layout (an index and a file per session) still verifies, and its index is still
+    // checked: this is a log written before the journal layout.
+    let mut env = Env::new();
+    env.cfg.legacy_layout = true;
     env.session(2, true);
     env.session(2, true);
     env.session(2, true);
@@ -765,14 +778,47 @@ fn without(path: &std::path::Path, needle: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn erase_session(env: &Env, victim: &std::path::Path, register_too: bool) {
+/// Copies of the files that a session replaces (the lane's checkpoint and tail state, the
+/// register's tail state), taken before it runs: an attacker who means to erase it keeps them,
+/// to put back what the files said before it.
+struct Saved {
+    files: Vec<(std::path::PathBuf, Vec<u8>)>,
+}
+
+fn save(env: &Env) -> Saved {
+    let dir = env.dir();
+    let register = env.cfg.audit_root.with_file_name("audit.register.jsonl");
+    let files = [
+        dir.join("journal.ckpt"),
+        dir.join("journal.tail"),
+        register.with_extension("tail"),
+    ]
+    .into_iter()
+    .map(|p| {
+        let data = fs::read(&p).unwrap();
+        (p, data)
+    })
+    .collect();
+    Saved { files }
+}
+
+/// Removes the newest session with every trace in the project folder (journal layout: its
+/// lines cut from the end of the journal, the lane's checkpoint and tail state put back as they
+/// were before it), and with `register_too` its register lines (and the register's tail state
+/// put back).
+fn erase_session(env: &Env, victim: &std::path::Path, register_too: bool, saved: &Saved) {
     let id = session_id(victim);
-    fs::remove_file(victim).unwrap();
-    fs::remove_file(victim.with_extension("ckpt")).unwrap();
-    let index = env.dir().join(garuda_audit::INDEX_FILE);
-    write_lines(&index, &without(&index, &id));
+    let n = session_ids(victim).len();
+    let mut lines = read_lines(victim);
+    lines.truncate(segment(victim, n - 1).start);
+    write_lines(victim, &lines);
+    let register = env.cfg.audit_root.with_file_name("audit.register.jsonl");
+    for (p, data) in &saved.files {
+        if register_too || !p.starts_with(register.parent().unwrap()) || p.starts_with(env.dir()) {
+            fs::write(p, data).unwrap();
+        }
+    }
     if register_too {
-        let register = env.cfg.audit_root.with_file_name("audit.register.jsonl");
         write_lines(&register, &without(&register, &id));
     }
 }
@@ -781,31 +827,33 @@ fn erase_session(env: &Env, victim: &std::path::Path, register_too: bool) {
 fn the_newest_session_erased_with_its_index_entries_stays_detected_after_the_next_run() {
     let env = Env::new();
     env.session(3, true);
+    let saved = save(&env);
     let victim = env.session(3, true);
-    erase_session(&env, &victim, false);
+    erase_session(&env, &victim, false, &saved);
     let r = env.verify();
     assert_outcome(&r, Outcome::Tampered);
     // An ordinary next run used to read the shortened index and make everything look fine.
     let next = env.session(1, true);
     let r = env.verify();
     assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::FoundAtStart, Some(1), Some(&next));
+    assert_finding(&r, Code::FoundAtStart, Some(start_line(&next)), Some(&next));
 }
 
 #[test]
 fn erasing_every_trace_including_the_register_is_recorded_by_the_next_session() {
     let env = Env::new();
     env.session(3, true);
+    let saved = save(&env);
     let victim = env.session(3, true);
     // Past the ctime slack of the writer (2 s).
     std::thread::sleep(Duration::from_millis(2300));
-    erase_session(&env, &victim, true);
+    erase_session(&env, &victim, true, &saved);
     let r = env.verify();
     assert_eq!(r.outcome(), Outcome::Undecidable, "{}", r.render_text());
     let next = env.session(1, true);
     let r = env.verify();
     assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::FoundAtStart, Some(1), Some(&next));
+    assert_finding(&r, Code::FoundAtStart, Some(start_line(&next)), Some(&next));
     assert!(
         r.render_text().contains("CHANGED_AFTER_WRITE"),
         "{}",
@@ -817,16 +865,20 @@ fn erasing_every_trace_including_the_register_is_recorded_by_the_next_session() 
 fn a_lock_on_a_closed_session_does_not_turn_off_the_ctime_checks() {
     let env = Env::new();
     let old = env.session(3, true);
+    let saved = save(&env);
     let victim = env.session(3, true);
     std::thread::sleep(Duration::from_millis(60));
-    erase_session(&env, &victim, true);
+    erase_session(&env, &victim, true, &saved);
+    // Journal layout: the lock a running writer holds is on the journal.
     let holder = fs::File::open(&old).unwrap();
     holder.lock().unwrap();
     let mut o = env.options();
     o.ctime_slack = Duration::from_millis(20);
     let r = garuda_audit::verify(&o);
     assert_outcome(&r, Outcome::Undecidable);
-    assert_finding(&r, Code::ChangedAfterWrite, None, Some(&env.dir()));
+    // (Journal layout: the cut moved the journal's ctime; the files put back in place did not
+    // touch the folder's.)
+    assert_finding(&r, Code::ChangedAfterWrite, None, Some(&old));
     assert!(
         !r.findings.iter().any(|f| f.code == Code::OpenSession),
         "{}",
@@ -872,7 +924,7 @@ fn a_deleted_project_folder_is_file_missing() {
     let next = env.session(1, true);
     let r = garuda_audit::verify(&o);
     assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::FoundAtStart, Some(1), Some(&next));
+    assert_finding(&r, Code::FoundAtStart, Some(start_line(&next)), Some(&next));
 }
 
 #[test]
@@ -892,7 +944,7 @@ fn a_restored_copy_of_the_audit_folder_is_not_verified() {
     let next = env.session(1, true);
     let r = env.verify();
     assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::FoundAtStart, Some(1), Some(&next));
+    assert_finding(&r, Code::FoundAtStart, Some(start_line(&next)), Some(&next));
 }
 
 #[test]

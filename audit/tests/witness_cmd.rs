@@ -48,18 +48,20 @@ fn a_witness_command_keeps_the_log_honest() {
     assert_outcome(&r, Outcome::Verified);
     assert!(r.coverage.anyone, "{}", r.render_text());
 
-    // Cut the tail and drop the local evidence: the witness still knows.
+    // Cut the tail and drop the local evidence: the witness still knows. (Journal layout: the
+    // second session starts after the first's lines.)
     let lines = read_lines(&path);
-    write_lines(&path, &lines[..6]);
+    let base = segment(&path, 1).start;
+    write_lines(&path, &lines[..base + 6]);
     std::fs::remove_file(path.with_extension("ckpt")).unwrap();
     let r = garuda_audit::verify(&o);
     assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::WitnessAhead, Some(7), Some(&path));
+    assert_finding(&r, Code::WitnessAhead, Some(base as u64 + 7), Some(&path));
 
     // Rewrite the start of the session (even with valid MACs, as someone holding the key
     // could): the witness's tree differs.
     let mut forged = lines.clone();
-    forged[2] = replace(&forged[2], "cmd-1", "cmd-Y");
+    forged[base + 2] = replace(&forged[base + 2], "cmd-1", "cmd-Y");
     write_lines(&path, &forged);
     let r = garuda_audit::verify(&o);
     assert_finding(&r, Code::WitnessFork, Some(lines.len() as u64), Some(&path));

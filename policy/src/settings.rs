@@ -243,6 +243,13 @@ pub struct EffectiveSettings {
     pub audit_checkpoint_origin: Option<Origin>,
     /// `audit.witness` of the strictest policy file that sets it, as an argument vector.
     pub audit_witness: Option<(Vec<String>, Origin)>,
+    /// `audit.retention.days`: the largest any managed or user file sets (keeping more is
+    /// stricter, so a managed value is a minimum the user cannot lower). `None`: no limit by
+    /// age (keep everything unless `sessions` is set).
+    pub audit_retention_days: Option<(u64, Origin)>,
+    /// `audit.retention.sessions`: the largest number of newest sessions per lane any managed
+    /// or user file says to keep.
+    pub audit_retention_sessions: Option<(u64, Origin)>,
     /// Values of lower sources left out because of `managedRulesOnly` / `managedHostsOnly`.
     pub dropped: Vec<Dropped>,
     /// The files actually read, strictest first.
@@ -394,6 +401,16 @@ struct NetworkSection {
 struct AuditSection {
     checkpoint: Option<bool>,
     witness: Option<WitnessCommand>,
+    retention: Option<RetentionSection>,
+}
+
+/// `audit.retention`: how much of the audit log to keep; sessions beyond both limits are
+/// pruned, leaving their sealed head.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetentionSection {
+    days: Option<u64>,
+    sessions: Option<u64>,
 }
 
 /// `audit.witness`: a list of words, or one string split on blanks (no shell quoting: the
@@ -705,6 +722,12 @@ fn check_source_may_set(source: &Source, file: &SettingsFile) -> Result<(), Poli
             "audit.witness",
             file.audit.as_ref().is_some_and(|a| a.witness.is_some()),
         ),
+        // Pruning the log of a project is the user's or the team's choice, never a cloned
+        // repository's.
+        (
+            "audit.retention",
+            file.audit.as_ref().is_some_and(|a| a.retention.is_some()),
+        ),
     ];
     match widening.into_iter().find(|(_, present)| *present) {
         Some((key, _)) => Err(source.error(
@@ -859,6 +882,29 @@ fn merge_file(
         }
         if merged.audit_witness.is_none() {
             merged.audit_witness = Some((argv, source.origin_of("audit.witness")));
+        }
+    }
+    // Retention: keeping more is stricter, so each limit is the largest any file sets.
+    if let Some(r) = audit.retention {
+        for (key, value, slot) in [
+            (
+                "audit.retention.days",
+                r.days,
+                &mut merged.audit_retention_days,
+            ),
+            (
+                "audit.retention.sessions",
+                r.sessions,
+                &mut merged.audit_retention_sessions,
+            ),
+        ] {
+            let Some(v) = value else { continue };
+            if v == 0 {
+                return Err(source.error(key, "must be at least 1"));
+            }
+            if slot.as_ref().is_none_or(|(have, _)| v > *have) {
+                *slot = Some((v, source.origin_of(key)));
+            }
         }
     }
     Ok(())
@@ -1513,6 +1559,54 @@ mod policy_keys_tests {
         .unwrap();
         assert!(p.is_strict() && p.require_sandbox && p.audit_checkpoint);
         assert_eq!(p.rules.len(), 2);
+    }
+
+    #[test]
+    fn retention_keeps_the_most_any_file_asks_for() {
+        let two = |managed: &str, user: &str| {
+            merge_texts(
+                &[
+                    (SourceKind::Managed, Path::new("/m.json"), managed),
+                    (SourceKind::User, Path::new("/u.json"), user),
+                ],
+                &host(),
+                Path::new("/p"),
+                &Flags::default(),
+            )
+            .unwrap()
+        };
+        // Managed sets a minimum the user cannot lower; the user can keep more.
+        let m = two(
+            r#"{"audit": {"retention": {"days": 90}}}"#,
+            r#"{"audit": {"retention": {"days": 7, "sessions": 500}}}"#,
+        );
+        assert_eq!(m.audit_retention_days.as_ref().unwrap().0, 90);
+        assert_eq!(
+            m.audit_retention_days.as_ref().unwrap().1.kind,
+            SourceKind::Managed
+        );
+        assert_eq!(m.audit_retention_sessions.as_ref().unwrap().0, 500);
+        let m = two(
+            r#"{"audit": {"retention": {"days": 30}}}"#,
+            r#"{"audit": {"retention": {"days": 365}}}"#,
+        );
+        assert_eq!(m.audit_retention_days.as_ref().unwrap().0, 365);
+        // Nothing set: keep everything.
+        let m = merge_one(SourceKind::User, "{}").unwrap();
+        assert!(m.audit_retention_days.is_none() && m.audit_retention_sessions.is_none());
+        // Zero, unknown fields, and a project file are refused.
+        for bad in [
+            r#"{"audit": {"retention": {"days": 0}}}"#,
+            r#"{"audit": {"retention": {"weeks": 2}}}"#,
+        ] {
+            assert!(merge_one(SourceKind::User, bad).is_err(), "{bad}");
+        }
+        let e = merge_one(
+            SourceKind::Project,
+            r#"{"audit": {"retention": {"days": 1}}}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("audit.retention"), "{e}");
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use garuda_audit::{AuditConfig, SessionWriter, WitnessConfig};
+use garuda_audit::{AuditConfig, Retention, SessionWriter, WitnessConfig};
 use garuda_policy::{EffectiveSettings, HostEnv};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -34,6 +34,15 @@ impl Recorder {
             .audit_witness
             .as_ref()
             .map(|(argv, _)| WitnessConfig::Command(argv.clone()));
+        // `audit.retention`: the oldest sessions of the lane are pruned at close, leaving
+        // their sealed head (none set: everything is kept).
+        let retention = Retention {
+            days: settings.audit_retention_days.as_ref().map(|(d, _)| *d),
+            sessions: settings.audit_retention_sessions.as_ref().map(|(n, _)| *n),
+        };
+        if retention.days.is_some() || retention.sessions.is_some() {
+            cfg.retention = Some(retention);
+        }
         let sources: Vec<Value> = settings
             .sources
             .iter()

@@ -10,6 +10,7 @@ mod common;
 use common::{base_dir, garuda, text};
 
 use std::path::{Path, PathBuf};
+
 use std::process::{Command, Output};
 
 struct World {
@@ -50,23 +51,20 @@ impl World {
         assert_eq!(dirs.len(), 1, "{dirs:?}");
         dirs.pop().unwrap()
     }
-    /// The session logs, oldest first: in the order the index lists them (names start with
-    /// the time in seconds only, so two runs in one second do not sort by name).
-    fn logs(&self) -> Vec<PathBuf> {
-        let dir = self.audit_dir();
-        let mut logs: Vec<PathBuf> = Vec::new();
-        for line in std::fs::read_to_string(dir.join("index.jsonl"))
-            .unwrap()
-            .lines()
-        {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let id = v["event"]["session"].as_str().unwrap();
-            let path = dir.join(format!("{id}.jsonl"));
-            if path.exists() && !logs.contains(&path) {
-                logs.push(path);
+    /// The project's journal (every session of the project, one after the other).
+    fn journal(&self) -> PathBuf {
+        self.audit_dir().join("journal.jsonl")
+    }
+    /// The sessions' lines, oldest first: the journal cut at every `session_start`.
+    fn sessions(&self) -> Vec<Vec<serde_json::Value>> {
+        let mut out: Vec<Vec<serde_json::Value>> = Vec::new();
+        for v in lines_of(&self.journal()) {
+            if v["type"] == "session_start" || out.is_empty() {
+                out.push(Vec::new());
             }
+            out.last_mut().unwrap().push(v);
         }
-        logs
+        out
     }
     fn verify(&self) -> (i32, String) {
         let out = self.garuda(&["audit", "verify"]);
@@ -92,9 +90,9 @@ fn every_run_is_a_verified_session_with_intent_before_result() {
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     let out = w.garuda(&["sandbox", "--", "true"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let logs = w.logs();
+    let logs = w.sessions();
     assert_eq!(logs.len(), 2);
-    let kinds: Vec<String> = lines_of(&logs[0])
+    let kinds: Vec<String> = logs[0]
         .iter()
         .map(|l| l["type"].as_str().unwrap().to_string())
         .collect();
@@ -108,14 +106,14 @@ fn every_run_is_a_verified_session_with_intent_before_result() {
             "seal"
         ]
     );
-    let first = lines_of(&logs[0]);
+    let first = &logs[0];
     assert_eq!(
         first[1]["event"]["argv"],
         serde_json::json!(["sh", "-c", "exit 3"])
     );
     assert_eq!(first[2]["event"]["exit_code"], 3);
     // The second session is linked to the first: its first line carries the first's head.
-    let second = lines_of(&logs[1]);
+    let second = &logs[1];
     assert!(
         second[0]["event"]["prev_session"].is_object(),
         "{}",
@@ -179,7 +177,7 @@ fn secrets_in_commands_are_redacted() {
         &format!("Authorization: Bearer {token}"),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let raw = std::fs::read_to_string(&w.logs()[0]).unwrap();
+    let raw = std::fs::read_to_string(w.journal()).unwrap();
     assert!(!raw.contains(token), "{raw}");
     assert!(raw.contains("[REDACTED"), "{raw}");
     // Negative control: the command itself saw the token.
@@ -190,7 +188,7 @@ fn secrets_in_commands_are_redacted() {
 fn a_flipped_byte_is_found_with_its_line() {
     let w = world();
     assert!(w.garuda(&["sandbox", "--", "true"]).status.success());
-    let log = w.logs().pop().unwrap();
+    let log = w.journal();
     let mut bytes = std::fs::read(&log).unwrap();
     let at = bytes.windows(6).position(|win| win == b"\"argv\"").unwrap();
     bytes[at + 9] ^= 0x01;
@@ -231,7 +229,7 @@ fn refusals_are_recorded() {
     // A refusal after the policy loaded (staged mode on the host executor) is recorded.
     let out = w.garuda(&["sandbox", "--staged", "--executor", "host", "--", "true"]);
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
-    let lines = lines_of(&w.logs()[0]);
+    let lines = w.sessions().remove(0);
     let kinds: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["session_start", "refusal", "session_end", "seal"]);
     assert!(lines[1]["event"]["error"]
@@ -259,21 +257,22 @@ fn a_witness_sees_the_newest_session_cut() {
     // newest session, its checkpoint and its index entries: the local evidence of it is gone,
     // the witness still has it.
     std::thread::sleep(std::time::Duration::from_secs(3));
-    let newest = w.logs().pop().unwrap();
-    std::fs::remove_file(newest.with_extension("ckpt")).unwrap();
-    std::fs::remove_file(&newest).unwrap();
-    let index = w.audit_dir().join("index.jsonl");
-    let id = newest.file_stem().unwrap().to_str().unwrap().to_string();
-    // Its entries are the index's last lines: cut them from the end.
-    let text = std::fs::read_to_string(&index).unwrap();
+    // (Journal layout: the newest session's lines are the journal's last lines; the lane's
+    // checkpoint and tail state name it.)
+    let journal = w.journal();
+    std::fs::remove_file(journal.with_extension("ckpt")).unwrap();
+    std::fs::remove_file(journal.with_extension("tail")).unwrap();
+    let text = std::fs::read_to_string(&journal).unwrap();
     let all: Vec<&str> = text.lines().collect();
-    let first_of_newest = all.iter().position(|l| l.contains(&id)).unwrap();
-    assert!(all[first_of_newest..].iter().all(|l| l.contains(&id)));
+    let first_of_newest = all
+        .iter()
+        .rposition(|l| l.contains("\"type\":\"session_start\""))
+        .unwrap();
     let kept: String = all[..first_of_newest]
         .iter()
         .map(|l| format!("{l}\n"))
         .collect();
-    std::fs::write(&index, kept).unwrap();
+    std::fs::write(&journal, kept).unwrap();
     let (code, report) = w.verify();
     assert_eq!(code, 1, "{report}");
     assert!(report.contains("WITNESS_AHEAD"), "{report}");
@@ -341,7 +340,7 @@ fn verify_exits_0_verified_2_cannot_decide_1_tampered() {
         )
     );
 
-    let log = w.logs().pop().unwrap();
+    let log = w.journal();
     let mut bytes = std::fs::read(&log).unwrap();
     let at = bytes.windows(6).position(|win| win == b"\"argv\"").unwrap();
     bytes[at + 9] ^= 0x01;
@@ -349,4 +348,42 @@ fn verify_exits_0_verified_2_cannot_decide_1_tampered() {
     let (code, report) = with_key(&w);
     assert_eq!(code, 1, "{report}");
     assert!(report.contains("BAD_MAC"), "{report}");
+}
+
+#[test]
+fn retention_in_the_user_policy_prunes_and_verify_says_so() {
+    let w = world();
+    std::fs::create_dir_all(w.home.join(".garuda")).unwrap();
+    std::fs::write(
+        w.home.join(".garuda/policy.json"),
+        r#"{"audit": {"retention": {"sessions": 1}}}"#,
+    )
+    .unwrap();
+    // A session is pruned once 64 are due (garuda's batch): the 66th run finds 65 before it,
+    // keeps the newest one and itself.
+    for _ in 0..66 {
+        let out = w.garuda(&["sandbox", "--executor", "host", "--", "true"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    assert_eq!(w.sessions().len(), 3, "the pruned record and two sessions");
+    let (code, report) = w.verify();
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        report.contains("journal.jsonl:1 (byte 0) PRUNED [warning]: 64 session(s) from "),
+        "{report}"
+    );
+    // Negative control: a project file cannot prune the log.
+    std::fs::create_dir_all(w.project.join(".garuda")).unwrap();
+    std::fs::write(
+        w.project.join(".garuda/settings.json"),
+        r#"{"audit": {"retention": {"sessions": 1}}}"#,
+    )
+    .unwrap();
+    let out = w.garuda(&["sandbox", "--executor", "host", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("audit.retention"),
+        "{}",
+        text(&out.stderr)
+    );
 }

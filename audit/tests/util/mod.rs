@@ -176,8 +176,24 @@ pub fn plain_chain_ok(lines: &[Vec<u8>]) -> bool {
         .all(|w| prev_of(&w[1]) == hex(&sha256(&w[0])))
 }
 
+/// The session id of an old-layout session file; for a journal (the layout sessions are
+/// written in now), the id of its newest session.
 pub fn session_id(path: &Path) -> String {
-    path.file_stem().unwrap().to_string_lossy().into_owned()
+    let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+    if !stem.starts_with("journal") {
+        return stem;
+    }
+    session_ids(path).pop().expect("a session in the journal")
+}
+
+/// The sessions of a journal, in order (the `session` of every `session_start` line).
+pub fn session_ids(journal: &Path) -> Vec<String> {
+    read_lines(journal)
+        .iter()
+        .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == "session_start")
+        .map(|v| v["event"]["session"].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// Asserts that the report has a finding with `code` at `line` in `file` (any file if None).
@@ -215,4 +231,30 @@ pub fn assert_no_errors(report: &Report) {
         "report:\n{}",
         report.render_text()
     );
+}
+
+/// The 1-based line of a file where its newest session starts: 1 for an old-layout session
+/// file, the newest `session_start` line's number in a journal.
+pub fn start_line(path: &Path) -> u64 {
+    read_lines(path)
+        .iter()
+        .rposition(|l| String::from_utf8_lossy(l).contains("\"type\":\"session_start\""))
+        .map_or(1, |i| i as u64 + 1)
+}
+
+/// The lines (0-based indices) of the `k`-th session of a journal.
+pub fn segment(journal: &Path, k: usize) -> std::ops::Range<usize> {
+    let lines = read_lines(journal);
+    let starts: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| String::from_utf8_lossy(l).contains("\"type\":\"session_start\""))
+        .map(|(i, _)| i)
+        .collect();
+    starts[k]..starts.get(k + 1).copied().unwrap_or(lines.len())
+}
+
+/// The `k`-th session's lines of a journal.
+pub fn session_lines(journal: &Path, k: usize) -> Vec<Vec<u8>> {
+    read_lines(journal)[segment(journal, k)].to_vec()
 }
