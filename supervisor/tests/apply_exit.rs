@@ -237,7 +237,8 @@ fn an_apply_that_fails_on_io_exits_123_and_stops_the_chain() {
         );
         // Rolled back: the project is as before, no temporary file left.
         assert_eq!(w.a(), "a old\n", "{ex}");
-        assert_eq!(files(&w.project), [".git", "a.txt"], "{ex}");
+        // (`.garuda` is the empty read-only placeholder every run makes: see docs/policy.md.)
+        assert_eq!(files(&w.project), [".garuda", ".git", "a.txt"], "{ex}");
     }
     // Control: the same change without the limit applies (the failure is the limit's).
     let w = world();

@@ -338,8 +338,9 @@ fn classify_cli(out: &Output, executor: &str, name: &str) -> CliOutcome {
             || err.contains("the project has an entry that changed while it was opened at d"));
     match out.status.code() {
         Some(0) if err.contains("garuda: applied: 1 file written") => CliOutcome::Applied,
-        Some(0) if refused_for_the_link => CliOutcome::RefusedForTheLink,
-        Some(0)
+        // 122: the apply was refused (docs/staging.md, "Exit codes of a staged command").
+        Some(122) if refused_for_the_link => CliOutcome::RefusedForTheLink,
+        Some(122)
             if err.contains(
                 "nothing was applied: these project files changed while the command ran, so nothing was applied: d",
             ) =>
@@ -597,7 +598,7 @@ fn race(executor: &str) {
             .unwrap()
             .file_name()
             .to_string_lossy()
-            .contains("garuda")),
+            .contains("garuda-apply-")),
         "{executor}: a temporary file was left at the top"
     );
     assert!(
