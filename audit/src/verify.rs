@@ -163,6 +163,10 @@ pub(crate) struct Scan {
     pub last_time_ms: Option<u64>,
     pub findings: Vec<Finding>,
     pub shown: Vec<ShownLine>,
+    /// Index in `findings` of the AFTER_END finding for bytes after a closed session's final
+    /// seal. In a journal, bytes after the LAST session's seal are the next session's first
+    /// line cut by a crash, so the journal's reader turns that finding into a torn tail.
+    pub after_final_seal: Option<usize>,
 }
 
 enum Verdict<'a> {
@@ -328,6 +332,7 @@ pub(crate) fn scan_session(
         last_time_ms: None,
         findings: Vec::new(),
         shown: Vec::new(),
+        after_final_seal: None,
     };
     let mut macs = k0.map(|k| EpochMacs::new(k, MAX_EPOCH_JUMP));
     let mut compact = Compact::new();
@@ -553,6 +558,7 @@ pub(crate) fn scan_session(
     }
     if let Some((offset, rest)) = torn.filter(|_| scan.closed_at == Some(scan.lines)) {
         // A closed session writes nothing after its final seal: no crash explains these.
+        scan.after_final_seal = Some(scan.findings.len());
         scan.findings.push(
             Finding::new(
                 file,
@@ -2439,6 +2445,18 @@ fn read_lane(
                 scan_session(&path, Some(dir_name), &id, seg.data, None, false)
             }
         };
+        if let Some(i) = scan.after_final_seal.filter(|_| k + 1 == n) {
+            // The journal's last session is closed and bytes with no newline follow its seal:
+            // the next session's first line, cut by a crash (the next writer cuts them off).
+            // A complete line there would be a segment of its own, never these bytes.
+            let f = &mut scan.findings[i];
+            f.code = Code::TornTail;
+            f.severity = Severity::Warning;
+            f.message = format!(
+                "{}; the start of the next session, cut by a crash while it was written; not counted",
+                f.message
+            );
+        }
         for mut f in scan.findings.drain(..) {
             f.offset = f.offset.map(|o| o + seg.offset);
             f.line = f.line.map(|l| l + seg.line);

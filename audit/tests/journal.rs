@@ -281,3 +281,42 @@ fn a_dead_session_in_another_lane_is_recovered_once() {
     assert_outcome(&r, Outcome::Tampered);
     assert_finding(&r, Code::Truncated, Some(2), Some(&lane1));
 }
+
+/// A writer killed while it wrote the first line of a new session leaves bytes with no newline
+/// after the previous, closed session's seal: a crash, reported as a torn tail, never as
+/// tampering (found by the crash suite as an AFTER_END error before the fix). Negative control:
+/// a whole line after the closed session's seal is not explained by any crash.
+#[test]
+fn a_new_sessions_first_line_cut_by_a_crash_is_a_torn_tail() {
+    let mut env = Env::new();
+    env.session(2, true);
+    env.session(2, true);
+    let path = journal(&env);
+    let clean = fs::read(&path).unwrap();
+    let mut torn = clean.clone();
+    torn.extend_from_slice(b"{\"v\":1,\"seq\":0,\"epoch\":");
+    fs::write(&path, &torn).unwrap();
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Verified);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.code == Code::TornTail)
+        .unwrap_or_else(|| panic!("{}", r.render_text()));
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(!r.findings.iter().any(|f| f.code == Code::AfterEnd));
+
+    // The control: a complete line after the final seal (here the last line again).
+    let last = clean[..clean.len() - 1]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .unwrap();
+    let mut whole = clean.clone();
+    whole.extend_from_slice(&clean[last + 1..]);
+    fs::write(&path, &whole).unwrap();
+    assert_outcome(&env.verify(), Outcome::Tampered);
+    // And the next writer after the crash carries on over the torn bytes.
+    fs::write(&path, &torn).unwrap();
+    env.session(1, true);
+    assert_outcome(&env.verify(), Outcome::Verified);
+}
