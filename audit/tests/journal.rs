@@ -288,7 +288,7 @@ fn a_dead_session_in_another_lane_is_recovered_once() {
 /// a whole line after the closed session's seal is not explained by any crash.
 #[test]
 fn a_new_sessions_first_line_cut_by_a_crash_is_a_torn_tail() {
-    let mut env = Env::new();
+    let env = Env::new();
     env.session(2, true);
     env.session(2, true);
     let path = journal(&env);
