@@ -166,7 +166,8 @@ pub(crate) struct Scan {
     /// Index in `findings` of the AFTER_END finding for bytes after a closed session's final
     /// seal. In a journal, bytes after the LAST session's seal are the next session's first
     /// line cut by a crash, so the journal's reader turns that finding into a torn tail.
-    pub after_final_seal: Option<usize>,
+    /// With the offset of those bytes in the session's data.
+    pub after_final_seal: Option<(usize, u64)>,
 }
 
 enum Verdict<'a> {
@@ -558,7 +559,7 @@ pub(crate) fn scan_session(
     }
     if let Some((offset, rest)) = torn.filter(|_| scan.closed_at == Some(scan.lines)) {
         // A closed session writes nothing after its final seal: no crash explains these.
-        scan.after_final_seal = Some(scan.findings.len());
+        scan.after_final_seal = Some((scan.findings.len(), offset));
         scan.findings.push(
             Finding::new(
                 file,
@@ -2008,6 +2009,27 @@ fn verify_project(
     witnessed_all
 }
 
+/// Whether `rest` (bytes with no newline) can be the beginning of a session's first line as
+/// the writer serialises it: `{"v":1,"seq":0,"epoch":0,…` and, once the type is there,
+/// `session_start`. Only such bytes after the journal's last, closed session are a crash's.
+fn is_cut_session_start(rest: &[u8]) -> bool {
+    const HEAD: &[u8] = br#"{"v":1,"seq":0,"epoch":0,"#;
+    let n = rest.len().min(HEAD.len());
+    if rest[..n] != HEAD[..n] {
+        return false;
+    }
+    const TYPE: &[u8] = br#""type":""#;
+    match rest.windows(TYPE.len()).position(|w| w == TYPE) {
+        None => true,
+        Some(at) => {
+            let after = &rest[at + TYPE.len()..];
+            let want = br#"session_start""#;
+            let m = after.len().min(want.len());
+            after[..m] == want[..m]
+        }
+    }
+}
+
 fn apply_attest(st: &mut SessionState, source: &str, a: &Attest, findings: &mut Vec<Finding>) {
     match a.state {
         AttestState::Open => {}
@@ -2445,10 +2467,20 @@ fn read_lane(
                 scan_session(&path, Some(dir_name), &id, seg.data, None, false)
             }
         };
-        if let Some(i) = scan.after_final_seal.filter(|_| k + 1 == n) {
-            // The journal's last session is closed and bytes with no newline follow its seal:
-            // the next session's first line, cut by a crash (the next writer cuts them off).
-            // A complete line there would be a segment of its own, never these bytes.
+        let cut_start = |at: u64| {
+            usize::try_from(at)
+                .ok()
+                .and_then(|at| seg.data.get(at..))
+                .is_some_and(is_cut_session_start)
+        };
+        if let Some((i, _)) = scan
+            .after_final_seal
+            .filter(|(_, at)| k + 1 == n && cut_start(*at))
+        {
+            // The journal's last session is closed and the start of a session's first line
+            // follows its seal with no newline: the next session's first line, cut by a crash
+            // (the next writer cuts it off). A complete line there would be a segment of its
+            // own; any other bytes stay AFTER_END.
             let f = &mut scan.findings[i];
             f.code = Code::TornTail;
             f.severity = Severity::Warning;
