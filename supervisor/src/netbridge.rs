@@ -710,16 +710,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("p.sock");
         let _server = upper_server(&sock);
-        let port = free_port();
-        // The supervisor expects another port: no go-ahead, the setup gives up.
-        let (receiver, theirs) = handoff(&sock, port.wrapping_add(1).max(1)).unwrap();
-        let setup = sandbox_side(port, theirs);
-        let err = receiver.receive().unwrap_err();
-        assert!(matches!(err, BridgeError::WrongListener { .. }), "{err}");
-        assert_eq!(
-            setup.join().unwrap(),
-            Err((sys::Stage::BridgeHandoff, libc::ECONNABORTED))
-        );
+        // The port is free when picked, but another test of this binary may take it before
+        // the setup binds it (EADDRINUSE at BridgeListen): then try another, a few times.
+        let mut attempts = 0;
+        let port = loop {
+            attempts += 1;
+            let port = free_port();
+            // The supervisor expects another port: no go-ahead, the setup gives up.
+            let (receiver, theirs) = handoff(&sock, port.wrapping_add(1).max(1)).unwrap();
+            let setup = sandbox_side(port, theirs);
+            let err = receiver.receive().unwrap_err();
+            let ended = setup.join().unwrap();
+            if ended == Err((sys::Stage::BridgeListen, libc::EADDRINUSE)) && attempts < 5 {
+                continue;
+            }
+            assert!(matches!(err, BridgeError::WrongListener { .. }), "{err}");
+            assert_eq!(ended, Err((sys::Stage::BridgeHandoff, libc::ECONNABORTED)));
+            break port;
+        };
         // The setup ended before handing anything over: the supervisor says so.
         let (receiver, theirs) = handoff(&sock, port).unwrap();
         drop(theirs);
