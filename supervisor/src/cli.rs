@@ -13,8 +13,8 @@
 //! |---|---|
 //! | applied, or there was nothing to apply | the command's own |
 //! | discarded because `--discard` asked for it | the command's own (the caller knows) |
-//! | discarded at the question, or with no terminal to ask on | [`STAGED_DISCARDED`] (121) |
-//! | apply refused: incomplete list, link out of the project, conflict, staged file changed after it was shown, path outside the project | [`APPLY_REFUSED`] (122) |
+//! | discarded at the question (a no to the question for `.garuda/` included), or with no terminal to ask on | [`STAGED_DISCARDED`] (121) |
+//! | apply refused: incomplete list, link out of the project, conflict, staged file changed after it was shown, path outside the project, a change to `.garuda/` with `--apply` alone | [`APPLY_REFUSED`] (122) |
 //! | apply failed: I/O error, journal, commit not finished | [`APPLY_FAILED`] (123) |
 //! | discarded because a signal interrupted the command | 128 + N |
 //!
@@ -45,7 +45,7 @@ pub const SETUP_FAILED: i32 = 125;
 pub const STAGED_DISCARDED: i32 = 121;
 /// Exit code of a staged command whose apply Garuda refused: an incomplete list, a link out of
 /// the project, a conflict, a staged file changed after it was shown, a path outside the
-/// project. The project did not change.
+/// project, a change to `.garuda/` with `--apply` alone. The project did not change.
 pub const APPLY_REFUSED: i32 = 122;
 /// Exit code of a staged command whose apply failed: an I/O error before the commit point
 /// (the project did not change), or after it (the journal finishes the apply at the next
@@ -1168,12 +1168,16 @@ fn run_staged(
         }
         Decision::Apply if settings && !(asked && ask_garuda_settings()?) => {
             session.discard(&set)?;
-            if asked {
+            // A no at the settings question is a discard at the question (121); `--apply`
+            // alone is Garuda refusing the change as it stands (122).
+            let code = if asked {
                 eprintln!("garuda: not applied: the change touches Garuda's project settings (.garuda/); it was discarded and the project did not change");
+                STAGED_DISCARDED
             } else {
                 eprintln!("garuda: nothing was applied: the change touches Garuda's project settings (.garuda/), which --apply never applies on its own; run the command again without --apply, on a terminal, to answer a question of its own for them, or make that change to .garuda/ yourself. The change was discarded and the project did not change");
-            }
-            ("refused (touches Garuda's settings)", Some(APPLY_REFUSED))
+                APPLY_REFUSED
+            };
+            ("refused (touches Garuda's settings)", Some(code))
         }
         Decision::Apply => match if settings {
             session.apply_with_garuda_settings(&set)

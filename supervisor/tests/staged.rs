@@ -361,6 +361,8 @@ fn apply_alone_never_applies_a_change_to_garuda_settings() {
             &[],
         );
         let err = text(&out.stderr);
+        // 122: Garuda refused the change as it stands (docs/staging.md, "Exit codes").
+        assert_eq!(out.status.code(), Some(122), "{executor}: {err}");
         assert!(
             err.contains(".garuda/settings.json (Garuda settings: needs its own question)"),
             "{executor}: {err}"
@@ -388,6 +390,12 @@ fn apply_alone_never_applies_a_change_to_garuda_settings() {
             "{}",
             text(&out.stderr)
         );
+        assert!(
+            text(&out.stderr).contains("garuda: applied: "),
+            "{}",
+            text(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         assert_eq!(read(&w.project.join("note.txt")), "note\n");
     }
 }
@@ -445,6 +453,10 @@ fn on_a_terminal_garuda_settings_get_a_question_of_their_own() {
                 shown.contains("Apply them too? [y/N]"),
                 "{executor}: the separate question: {shown}"
             );
+            // `script -e` returns garuda's code: a no at the question is a discard at the
+            // question (121), a yes applies (the command's own, 0).
+            let code = if applied { 0 } else { 121 };
+            assert_eq!(out.status.code(), Some(code), "{executor}: {shown}");
             let link = std::fs::read_link(w.project.join(".garuda")).unwrap();
             if applied {
                 assert_eq!(link, Path::new("other"), "{executor}: {shown}");
