@@ -3,6 +3,7 @@
 //! `garuda sandbox --staged --apply -- … && next`. Applied (or `--discard`): the command's own
 //! code. Discarded at the question or for want of a terminal: 121. Apply refused (a conflict,
 //! an incomplete list, a link out of the project): 122. Apply failed (an I/O error): 123.
+//! Interrupted by a signal to garuda: 128 + N, the change discarded.
 //!
 //! Negative control of each case: the next command of an `&&` chain runs after an applied
 //! change and does not run after a refused or failed one (before this fix every one of these
@@ -281,5 +282,117 @@ fn a_discard_asked_for_keeps_the_commands_code_and_one_not_asked_for_exits_121()
         let w = world();
         let out = w.run(ex, &["--staged"], "cat a.txt > /dev/null");
         assert_eq!(w.code(&out, ex), 0, "{ex}: {}", text(&out.stderr));
+    }
+}
+
+/// On a terminal: `d` at the question discards and exits 121, so the chain stops; `a` there
+/// applies and exits with the command's code, so the chain goes on (the control: the answer
+/// is what decides). `script` gives garuda the terminal; the answer is typed in advance, and
+/// `script -e` returns the chain's code.
+#[test]
+fn a_discard_at_the_question_exits_121_and_an_apply_there_the_commands_code() {
+    let has_script = Command::new("script")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_script {
+        assert!(
+            std::env::var("GARUDA_ALLOW_NO_SCRIPT").is_ok_and(|v| v == "1"),
+            "`script` (util-linux) is needed to give garuda a terminal; set GARUDA_ALLOW_NO_SCRIPT=1 to accept NOT TESTED"
+        );
+        eprintln!("NOT TESTED: the exit code after the terminal question (no `script`)");
+        return;
+    }
+    for ex in SANDBOXES {
+        for (answer, want, a) in [("d\n", DISCARDED, "a old\n"), ("a\n", 0, "new\n")] {
+            let w = world();
+            let line = format!(
+                "\"$GARUDA_UNDER_TEST\" sandbox --executor {ex} --project \"$PWD\" --staged \
+                 -- /bin/sh -c 'echo new > a.txt' && touch \"$NEXT_MARKER\""
+            );
+            let mut child = Command::new("script")
+                .args(["-qec", &line, "/dev/null"])
+                .current_dir(&w.project)
+                .env("HOME", &w.home)
+                .env("GARUDA_UNDER_TEST", garuda())
+                .env("NEXT_MARKER", &w.marker)
+                .env("SHELL", "/bin/sh")
+                .env_remove("GARUDA_HOME")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(answer.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            let shown = text(&out.stdout);
+            assert!(
+                shown.contains("Apply or discard this change? [a/d]"),
+                "{ex}: the question: {shown}"
+            );
+            assert_eq!(w.code(&out, ex), want, "{ex} {answer:?}: {shown}");
+            assert_eq!(w.a(), a, "{ex} {answer:?}");
+        }
+    }
+}
+
+/// A signal to garuda while a staged command runs kills the command, discards its half-made
+/// change and exits 128 + N, whatever `--apply` says. The control: the same run left to end
+/// (the command reads its go from stdin) applies and exits 0.
+#[test]
+fn a_staged_command_interrupted_by_a_signal_exits_128_plus_n_and_applies_nothing() {
+    for ex in SANDBOXES {
+        for signal in [Some(("TERM", 15)), None] {
+            let w = world();
+            let mut child = Command::new(garuda())
+                .args(["sandbox", "--executor", ex, "--project"])
+                .arg(&w.project)
+                .args(["--staged", "--apply", "--", "/bin/sh", "-c"])
+                .arg("echo new > a.txt && echo ready && read x")
+                .current_dir(&w.project)
+                .env("HOME", &w.home)
+                .env_remove("GARUDA_HOME")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut stdout = BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            assert_eq!(line, "ready\n", "{ex}");
+            let mut stdin = child.stdin.take().unwrap();
+            match signal {
+                Some((name, _)) => {
+                    let sent = Command::new("kill")
+                        .args([format!("-{name}"), child.id().to_string()])
+                        .status()
+                        .unwrap();
+                    assert!(sent.success(), "{ex}");
+                }
+                None => stdin.write_all(b"go\n").unwrap(),
+            }
+            let out = child.wait_with_output().unwrap();
+            drop(stdin);
+            let err = text(&out.stderr);
+            match signal {
+                Some((name, number)) => {
+                    assert_eq!(out.status.code(), Some(128 + number), "{ex} {name}: {err}");
+                    assert!(
+                        err.contains("garuda: the command was interrupted: its change was discarded and the project did not change"),
+                        "{ex} {name}: {err}"
+                    );
+                    assert_eq!(w.a(), "a old\n", "{ex} {name}");
+                }
+                None => {
+                    assert_eq!(out.status.code(), Some(0), "{ex}: {err}");
+                    assert_eq!(w.a(), "new\n", "{ex}");
+                }
+            }
+        }
     }
 }
