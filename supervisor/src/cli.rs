@@ -34,7 +34,7 @@ use garuda_policy::{
     StagingBackend,
 };
 use garuda_staging::{BackendChoice, Session, StagingError};
-use garuda_text::visible;
+use garuda_text::{visible, visible_json};
 
 use crate::executor::{self, CommandSpec, ExecutorKind, StdioMode};
 
@@ -461,21 +461,25 @@ fn policy_command(project: Option<PathBuf>, json: bool, action: Option<PolicyCmd
                     "entries": entries,
                     "executor_in_use": implied,
                 });
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                println!("{}", visible_json(&serde_json::to_string_pretty(&out)?));
             } else {
-                println!("effective policy for {}", project.display());
+                println!(
+                    "effective policy for {}",
+                    garuda_text::visible_path(&project)
+                );
                 if settings.sources.is_empty() {
                     println!("sources: none (built-in defaults)");
                 } else {
                     println!("sources, strictest first:");
                     for s in &settings.sources {
-                        println!("  {s}");
+                        println!("  {}", visible(&s.to_string()));
                     }
                 }
                 println!();
-                print!("{}", garuda_policy::render_entries(&entries));
+                let shown: Vec<_> = entries.iter().map(visible_entry).collect();
+                print!("{}", garuda_policy::render_entries(&shown));
                 println!();
-                println!("executor in use: {implied}");
+                println!("executor in use: {}", visible(&implied));
             }
             Ok(0)
         }
@@ -506,12 +510,35 @@ fn policy_command(project: Option<PathBuf>, json: bool, action: Option<PolicyCmd
             };
             let decision = Engine::new(&settings, &host, &project).decide(&request, &ctx);
             if json {
-                println!("{}", serde_json::to_string_pretty(&decision)?);
+                println!(
+                    "{}",
+                    visible_json(&serde_json::to_string_pretty(&decision)?)
+                );
             } else {
-                println!("{decision}");
+                // The reason quotes the target; a cause quotes a rule of a settings file.
+                let mut shown = decision;
+                shown.reason = visible(&shown.reason).into_owned();
+                for cause in &mut shown.causes {
+                    cause.rule = visible(&cause.rule).into_owned();
+                    cause.source = visible(&cause.source).into_owned();
+                }
+                println!("{shown}");
             }
             Ok(0)
         }
+    }
+}
+
+/// An entry of the effective policy with every field printable as one line: a project's
+/// settings file (a cloned repository's) chooses its rules and paths, which may hold a newline
+/// (a forged `executor in use:` line under them) or a bidirectional override (a rule that
+/// reads as another).
+fn visible_entry(e: &garuda_policy::Entry) -> garuda_policy::Entry {
+    garuda_policy::Entry {
+        key: visible(&e.key).into_owned(),
+        value: visible(&e.value).into_owned(),
+        source: visible(&e.source).into_owned(),
+        dropped: e.dropped.as_deref().map(|d| visible(d).into_owned()),
     }
 }
 
@@ -590,20 +617,26 @@ fn policy_check(
             "added": added,
             "removed": removed,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("{}", visible_json(&serde_json::to_string_pretty(&out)?));
         return Ok(0);
     }
-    println!("{}: valid as the {kind} policy", file.display());
+    println!(
+        "{}: valid as the {kind} policy",
+        garuda_text::visible_path(file)
+    );
     if let Err(e) = &before {
-        println!("(the current policy does not load: {e}; showing the file's values)");
+        println!(
+            "(the current policy does not load: {}; showing the file's values)",
+            visible(&e.to_string())
+        );
     }
     if added.is_empty() && removed.is_empty() {
         println!("no change to the effective policy");
     }
-    for e in removed {
+    for e in removed.into_iter().map(visible_entry) {
         println!("- {}  {}  ({})", e.key, e.value, e.source);
     }
-    for e in added {
+    for e in added.into_iter().map(visible_entry) {
         let dropped = e
             .dropped
             .as_ref()

@@ -1,7 +1,8 @@
 //! What a command chose is printed visibly (issue 10, item 4), through the real `garuda`
 //! binary on both Linux sandboxes: file names in the staged change list and its diff headers,
 //! the `Host` header in the proxy's `blocked:` line, an argument in `garuda audit show`, a
-//! program name in "cannot execute". Each is checked for the escaped form, for the absence of
+//! program name in "cannot execute", a project settings file's rule and path in `garuda
+//! policy`. Each is checked for the escaped form, for the absence of
 //! the raw character and of a forged line, and against its negative control: the raw value
 //! really holds the newline, the C1 control or the bidirectional override (the file exists
 //! with that exact name, the audit log keeps the exact host and argument), and printing it as
@@ -314,4 +315,71 @@ fn a_program_name_is_printed_visibly_when_it_cannot_be_executed() {
             .lines()
             .any(|l| l.starts_with("garuda: applied: 1 file written")));
     }
+}
+
+#[test]
+fn a_project_settings_value_is_printed_visibly_by_garuda_policy() {
+    // A cloned repository's settings choose their rules and paths: a path with a newline that
+    // forges the last line of `garuda policy`, a rule with a right-to-left override.
+    let forged = "executor in use: none";
+    let path = format!("/etc/a\n{forged}");
+    let rule = "Read(x \u{202e}evil)";
+    let w = world();
+    std::fs::create_dir_all(w.project.join(".garuda")).unwrap();
+    let settings = serde_json::json!({
+        "permissions": {"deny": [rule]},
+        "sandbox": {"unreadable": [path]},
+    });
+    std::fs::write(
+        w.project.join(".garuda/settings.json"),
+        settings.to_string(),
+    )
+    .unwrap();
+
+    let out = w.garuda(&["policy"]);
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        shown.contains("  /etc/a\\nexecutor in use: none  "),
+        "{shown}"
+    );
+    assert!(shown.contains("  read_file(x \\u{202e}evil)  "), "{shown}");
+    assert_eq!(
+        shown
+            .lines()
+            .filter(|l| l.starts_with("executor in use:"))
+            .count(),
+        1,
+        "a forged line: {shown}"
+    );
+    assert_nothing_hidden("policy", &shown);
+    // `decide` quotes the rule (and the target) too.
+    let decide = w.garuda(&["policy", "decide", "read_file", "x \u{202e}evil"]);
+    let decided = text(&decide.stdout);
+    assert_eq!(
+        decided,
+        format!(
+            "deny (deny rule): a deny rule matches x \\u{{202e}}evil\n  rule read_file(x \\u{{202e}}evil) from project {}:1\n",
+            w.project.join(".garuda/settings.json").display()
+        ),
+        "{}",
+        text(&decide.stderr)
+    );
+    assert_nothing_hidden("decide", &decided);
+
+    // Negative control: the policy as garuda loaded it (its JSON form, parsed back) holds the
+    // raw newline and override, and printed as it is the path forges the last line.
+    let json = w.garuda(&["policy", "--json"]);
+    assert_nothing_hidden("policy --json", &text(&json.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let values: Vec<&str> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["value"].as_str().unwrap())
+        .collect();
+    assert!(values.contains(&path.as_str()), "{values:?}");
+    assert!(values.contains(&"read_file(x \u{202e}evil)"), "{values:?}");
+    let raw = format!("sandbox.unreadable  {path}  project\n");
+    assert!(raw.lines().any(|l| l.starts_with(forged)));
 }
