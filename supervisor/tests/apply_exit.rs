@@ -13,7 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
 
 mod common;
-use common::{base_dir, garuda, text};
+use common::{garuda, text, World};
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -24,51 +24,29 @@ const DISCARDED: i32 = 121;
 const REFUSED: i32 = 122;
 const FAILED: i32 = 123;
 
-struct World {
-    _base: tempfile::TempDir,
-    home: PathBuf,
-    project: PathBuf,
-    /// Created by the `&&`-chained command, outside the project.
-    marker: PathBuf,
-}
-
 fn world() -> World {
-    let base = base_dir("garuda-apply-exit-tests");
-    let home = base.path().join("home");
-    let project = base.path().join("project");
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&project).unwrap();
-    let git = |args: &[&str]| {
-        let st = Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .current_dir(&project)
-            .env("HOME", &home)
-            .output()
-            .unwrap();
-        assert!(st.status.success(), "{st:?}");
-    };
-    git(&["init", "-q"]);
-    std::fs::write(project.join("a.txt"), "a old\n").unwrap();
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "init"]);
+    let w = World::new("garuda-apply-exit-tests");
+    w.git(&["init", "-q"]);
+    std::fs::write(w.project.join("a.txt"), "a old\n").unwrap();
+    w.git(&["add", "-A"]);
+    w.git(&["commit", "-qm", "init"]);
     // The overlay (auto's choice here) is named so the failure case below is the same
     // everywhere.
-    std::fs::create_dir_all(home.join(".garuda")).unwrap();
+    std::fs::create_dir_all(w.home.join(".garuda")).unwrap();
     std::fs::write(
-        home.join(".garuda/policy.json"),
+        w.home.join(".garuda/policy.json"),
         "{\"staging\": {\"backend\": \"overlay\"}}",
     )
     .unwrap();
-    World {
-        marker: base.path().join("next-command-ran"),
-        project: project.canonicalize().unwrap(),
-        home,
-        _base: base,
-    }
+    w
 }
 
 impl World {
+    /// Created by the `&&`-chained command, outside the project.
+    fn marker(&self) -> PathBuf {
+        self.base.path().join("next-command-ran")
+    }
+
     /// `garuda sandbox --executor EX ARGS… -- /bin/sh -c SCRIPT && touch MARKER`, run by a
     /// real shell as a script would, with `wrap` (a program and its arguments) in front of
     /// garuda.
@@ -85,7 +63,7 @@ impl World {
             .args(["--", "/bin/sh", "-c", script])
             .current_dir(&self.project)
             .env("HOME", &self.home)
-            .env("NEXT_MARKER", &self.marker)
+            .env("NEXT_MARKER", self.marker())
             .env_remove("GARUDA_HOME");
         c
     }
@@ -105,10 +83,10 @@ impl World {
     fn code(&self, out: &Output, what: &str) -> i32 {
         let code = out.status.code().unwrap();
         assert_eq!(
-            self.marker.exists(),
+            self.marker().exists(),
             code == 0,
             "{what}: exit {code}, the next command {}: {}",
-            if self.marker.exists() {
+            if self.marker().exists() {
                 "ran"
             } else {
                 "did not run"
@@ -315,7 +293,7 @@ fn a_discard_at_the_question_exits_121_and_an_apply_there_the_commands_code() {
                 .current_dir(&w.project)
                 .env("HOME", &w.home)
                 .env("GARUDA_UNDER_TEST", garuda())
-                .env("NEXT_MARKER", &w.marker)
+                .env("NEXT_MARKER", w.marker())
                 .env("SHELL", "/bin/sh")
                 .env_remove("GARUDA_HOME")
                 .stdin(Stdio::piped())

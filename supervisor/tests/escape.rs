@@ -12,11 +12,10 @@
 
 mod common;
 use common::net::{http_server, runtime, LOOPBACK};
-use common::{base_dir, garuda, text};
+use common::{garuda, text, World, PROXY_VARS};
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 /// The Linux sandboxes under test.
@@ -24,42 +23,10 @@ const SANDBOXES: [&str; 2] = ["landlock", "bubblewrap"];
 const CURL: &str = "/usr/bin/curl";
 /// A line Garuda prints itself (for an incomplete list), forged under a real entry.
 const FORGED: &str = "The change list is INCOMPLETE (forged): it can only be discarded.";
-/// The proxy variables of this process, which the sandbox must not inherit.
-const PROXY_VARS: [&str; 8] = [
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "no_proxy",
-];
-
-struct World {
-    _base: tempfile::TempDir,
-    home: PathBuf,
-    project: PathBuf,
-}
-
 fn world() -> World {
-    let base = base_dir("garuda-escape-tests");
-    let home = base.path().join("home");
-    let project = base.path().join("project");
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&project).unwrap();
-    let st = Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(&project)
-        .env("HOME", &home)
-        .output()
-        .unwrap();
-    assert!(st.status.success(), "{st:?}");
-    World {
-        project: project.canonicalize().unwrap(),
-        home,
-        _base: base,
-    }
+    let w = World::new("garuda-escape-tests");
+    w.git(&["init", "-q"]);
+    w
 }
 
 impl World {

@@ -22,7 +22,7 @@
 
 mod common;
 use common::net::{http_server, https_server_for, runtime, LOOPBACK};
-use common::{base_dir, garuda, text};
+use common::{garuda, text, World, PROXY_VARS};
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -38,38 +38,14 @@ const BASH: &str = "/usr/bin/bash";
 const PYTHON: &str = "/usr/bin/python3";
 /// What each curl step writes with `-w`.
 const CURL_WRITE_OUT: &str = "%{http_code} %{http_connect} %{num_connects}\n";
-/// The variables the proxy mode sets, none of which may exist without it.
-const PROXY_VARS: [&str; 8] = [
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "no_proxy",
-];
 
 // ---------------------------------------------------------------------------------------------
 // The world: a fake home and a project outside /tmp.
 
-struct World {
-    _base: tempfile::TempDir,
-    home: PathBuf,
-    project: PathBuf,
-}
-
 fn world() -> World {
-    let base = base_dir("garuda-network-tests");
-    let home = base.path().join("home");
-    let project = base.path().join("project");
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(project.join(".git")).unwrap();
-    World {
-        _base: base,
-        home,
-        project,
-    }
+    let w = World::new("garuda-network-tests");
+    std::fs::create_dir_all(w.project.join(".git")).unwrap();
+    w
 }
 
 /// Single quotes for the shell.

@@ -20,11 +20,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
 
 mod common;
-use common::{base_dir, garuda, text};
+use common::{garuda, text, World, PROXY_VARS};
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -448,23 +448,10 @@ for name in sys.argv[1:]:
 print("client-done")
 "#;
 
-struct World {
-    _base: tempfile::TempDir,
-    home: PathBuf,
-    project: PathBuf,
-}
-
 fn world() -> World {
-    let base = base_dir("garuda-smuggling-tests");
-    let home = base.path().join("home");
-    let project = base.path().join("project");
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(project.join(".git")).unwrap();
-    World {
-        _base: base,
-        home,
-        project,
-    }
+    let w = World::new("garuda-smuggling-tests");
+    std::fs::create_dir_all(w.project.join(".git")).unwrap();
+    w
 }
 
 fn read(path: &Path) -> Vec<u8> {
@@ -505,16 +492,7 @@ fn through_sandbox(
         .current_dir(&w.project)
         .env("HOME", &w.home)
         .env_remove("GARUDA_HOME");
-    for var in [
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "NO_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-        "no_proxy",
-    ] {
+    for var in PROXY_VARS {
         command.env_remove(var);
     }
     let out = command.output().unwrap();

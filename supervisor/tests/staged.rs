@@ -7,56 +7,26 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
 
 mod common;
-use common::{base_dir, garuda, text};
+use common::{garuda, text, World};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-struct World {
-    _base: tempfile::TempDir,
-    home: PathBuf,
-    project: PathBuf,
-}
-
 fn world() -> World {
-    let base = base_dir("garuda-staged-tests");
-    let home = base.path().join("home");
-    let project = base.path().join("project");
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&project).unwrap();
-    let git = |args: &[&str]| {
-        let st = Command::new("git")
-            .args([
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "init.defaultBranch=main",
-            ])
-            .args(args)
-            .current_dir(&project)
-            .env("HOME", &home)
-            .output()
-            .unwrap();
-        assert!(st.status.success(), "{st:?}");
-    };
-    git(&["init", "-q"]);
+    let w = World::new("garuda-staged-tests");
+    let project = &w.project;
+    w.git(&["init", "-q"]);
     std::fs::write(project.join("a.txt"), "a old\n").unwrap();
     std::fs::write(project.join("b.txt"), "b old\n").unwrap();
     std::fs::write(project.join("c.txt"), "c old\n").unwrap();
     std::fs::write(project.join("gone.txt"), "bye\n").unwrap();
     std::fs::write(project.join(".gitignore"), "target/\n.env\n").unwrap();
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "init"]);
+    w.git(&["add", "-A"]);
+    w.git(&["commit", "-qm", "init"]);
     // Every run makes `<project>/.garuda` (empty, read-only to commands) when it is missing;
     // made here so that "byte-identical" compares the project as garuda leaves it.
     std::fs::create_dir_all(project.join(".garuda")).unwrap();
-    World {
-        project: project.canonicalize().unwrap(),
-        home,
-        _base: base,
-    }
+    w
 }
 
 fn garuda_in(w: &World, args: &[&str], cmd: &str, env: &[(&str, &str)]) -> Output {
