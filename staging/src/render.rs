@@ -19,6 +19,7 @@ use std::time::Duration;
 use garuda_text::{count_hidden_lines, visible, visible_lines_bytes, visible_path};
 use similar::TextDiff;
 
+use crate::beneath::{Beneath, Source};
 use crate::changes::{ChangeKind, ChangeSet};
 use crate::sensitive::is_sensitive_path;
 use crate::session::Session;
@@ -33,7 +34,12 @@ const MAX_DIFF_FILE: u64 = 1024 * 1024;
 /// (see the crate doc). The result ends with a newline.
 pub fn render(set: &ChangeSet, session: &Session) -> String {
     let layout = session.layout();
-    let project = layout.project();
+    // The project's old content and old link targets are read beneath the project's held
+    // descriptor, never through a link: a command running in direct mode in the same project
+    // can swap a listed file, or a folder above it, for a link to a secret between the
+    // listing and this display, and Garuda (not sandboxed) would print that secret.
+    let project = Beneath::open(layout.project()).ok();
+    let old_entry = |rel: &str| project.as_ref().map(|b| b.open_source(rel));
     let mut out = String::new();
     let n = set.changes.len();
     let backend = session.backend().name();
@@ -56,9 +62,10 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
             ChangeKind::ModeChanged => format!("  mode      {path}"),
             ChangeKind::LinkAdded => format!("  link      {path} -> {target}"),
             ChangeKind::LinkChanged => {
-                let old = fs::read_link(project.join(&c.path))
-                    .map(|t| visible_path(&t).into_owned())
-                    .unwrap_or_default();
+                let old = match old_entry(&c.path) {
+                    Some(Ok(Source::Link(t))) => visible_path(&t).into_owned(),
+                    _ => String::new(),
+                };
                 format!("  link      {path} -> {target} (was -> {old})")
             }
             ChangeKind::LinkOutOfRoot => {
@@ -103,11 +110,16 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
         // The old content of a sensitive file is a secret the command could not read; it is
         // not printed. The new content is what the command wrote, so it is shown.
         let old = if c.kind == ChangeKind::Modified && !sensitive {
-            match fs::symlink_metadata(project.join(&c.path)) {
-                Ok(m) if m.file_type().is_file() => {
-                    read_text_counted(&project.join(&c.path)).map(|(text, _)| text)
-                }
-                _ => Ok(String::new()),
+            match old_entry(&c.path) {
+                Some(Ok(Source::File(f, _))) => text_counted(f).map(|(text, _)| text),
+                // Gone, or a link now: no old content.
+                Some(Ok(Source::Link(_) | Source::Missing)) => Ok(String::new()),
+                // A link or another kind of entry on the way now: not read.
+                Some(Err(e)) => Err(format!(
+                    "the project's file is not diffed: {}",
+                    visible(&e.to_string())
+                )),
+                None => Err("the project folder cannot be opened: not diffed".to_string()),
             }
         } else {
             Ok(String::new())
@@ -220,7 +232,11 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
 /// Reads a file as text for the diff, with invalid UTF-8 bytes and control characters made
 /// visible; also how many characters had to be escaped.
 fn read_text_counted(path: &Path) -> Result<(String, usize), String> {
-    let f = fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    text_counted(fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?)
+}
+
+/// [`read_text_counted`] of a file already open.
+fn text_counted(f: fs::File) -> Result<(String, usize), String> {
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     if len > MAX_DIFF_FILE {
         return Err(format!("a large file ({len} bytes): not diffed"));

@@ -1473,3 +1473,48 @@ fn a_staged_change_under_garuda_needs_its_own_question() {
         }
     }
 }
+
+/// The diff reads the project's old content beneath a held descriptor of the project, never
+/// through a link: a process in the same project (a command in direct mode) that swaps a
+/// listed file, or a folder above one, for a link to a secret between the listing and the
+/// display does not get Garuda (which is not sandboxed) to print the secret. Negative
+/// control: at that moment both paths, read by name, are the secret.
+#[test]
+fn the_diff_never_reads_old_content_through_a_link_swapped_in_after_the_listing() {
+    const SECRET: &str = "TOP-SECRET-OUTSIDE-THE-PROJECT";
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "a.txt", &format!("{SECRET}\n"));
+    write(outside.path(), "lib.rs", &format!("{SECRET}\n"));
+    let env = Env::new();
+    let p = env.p();
+    let mut s = env.session(Backend::PlainCopy);
+    let mark = s.prepare().unwrap();
+    run(&s, "echo NEW-A > a.txt && echo NEW-LIB > src/lib.rs");
+    let set = s.changes(&mark).unwrap();
+    assert!(
+        kinds(&set).get("a.txt") == Some(&ChangeKind::Modified)
+            && kinds(&set).get("src/lib.rs") == Some(&ChangeKind::Modified),
+        "{:?}",
+        kinds(&set)
+    );
+    // The swap: the file itself for a link, and the folder above the other for a link.
+    fs::remove_file(p.join("a.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("a.txt"), p.join("a.txt")).unwrap();
+    fs::rename(p.join("src"), p.join("src.real")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), p.join("src")).unwrap();
+    for rel in ["a.txt", "src/lib.rs"] {
+        assert_eq!(
+            fs::read_to_string(p.join(rel)).unwrap(),
+            format!("{SECRET}\n"),
+            "the control: {rel} by name"
+        );
+    }
+    let text = render(&set, &s);
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(text.contains("+NEW-A"), "{text}");
+    assert!(
+        text.contains("src/lib.rs: the project's file is not diffed: "),
+        "{text}"
+    );
+    s.close().unwrap();
+}
