@@ -480,6 +480,65 @@ mod tests {
         assert_eq!(visible_lines("a\nb").replace('\n', "\\n"), "a\\nb");
     }
 
+    /// The bytes behind a one-line form: the decoder the crate doc describes.
+    fn decode_line(shown: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut chars = shown.chars();
+        while let Some(c) = chars.next() {
+            if c != '\\' {
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                continue;
+            }
+            match chars.next().unwrap() {
+                '\\' => out.push(b'\\'),
+                'n' => out.push(b'\n'),
+                'r' => out.push(b'\r'),
+                't' => out.push(b'\t'),
+                'e' => out.push(0x1b),
+                'x' => {
+                    let hex: String = chars.by_ref().take(2).collect();
+                    out.push(u8::from_str_radix(&hex, 16).unwrap());
+                }
+                'u' => {
+                    assert_eq!(chars.next(), Some('{'), "{shown:?}");
+                    let hex: String = chars.by_ref().take_while(|c| *c != '}').collect();
+                    let c = char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap();
+                    let mut buf = [0u8; 4];
+                    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                }
+                other => panic!("unknown escape \\{other} in {shown:?}"),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_one_line_form_decodes_back_to_the_same_bytes() {
+        let mut inputs: Vec<Vec<u8>> = TABLE.iter().map(|row| row.1.as_bytes().to_vec()).collect();
+        // Every byte alone (0x80 and up are not UTF-8 alone) and after a backslash.
+        for b in 0..=255u8 {
+            inputs.push(vec![b]);
+            inputs.push(vec![b'\\', b]);
+        }
+        // Every character `is_hidden` names, and literal escapes next to real ones.
+        for c in (0..0x11_0000u32)
+            .filter_map(char::from_u32)
+            .filter(|c| is_hidden(*c))
+        {
+            inputs.push(format!("a{c}\\u{{{:04x}}}", u32::from(c)).into_bytes());
+        }
+        inputs.push(b"\\x1b\x1b\\e\\\\n\n\xff\\xff\xc3".to_vec());
+        for input in &inputs {
+            let shown = visible_bytes(input);
+            assert!(!shown.chars().any(is_hidden), "{input:?}: {shown:?}");
+            assert_eq!(&decode_line(&shown), input, "{shown:?}");
+        }
+        // Negative control: a form that leaves the backslash alone (the multi-line one) does
+        // not decode back: a literal backslash-n comes back as a newline.
+        assert_eq!(decode_line(&visible_lines("a\\nb")), b"a\nb");
+    }
+
     #[test]
     fn nothing_to_escape_borrows() {
         assert!(matches!(visible("plain/name.txt"), Cow::Borrowed(_)));
