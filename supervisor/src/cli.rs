@@ -17,6 +17,7 @@
 //! | apply refused: incomplete list, link out of the project, conflict, staged file changed after it was shown, path outside the project, a change to `.garuda/` with `--apply` alone | [`APPLY_REFUSED`] (122) |
 //! | apply failed: I/O error, journal, commit not finished | [`APPLY_FAILED`] (123) |
 //! | discarded because a signal interrupted the command | 128 + N |
+//! | discarded because the timeout killed the command | 124 |
 //!
 //! A command that itself exits 121, 122 or 123 after an applied change cannot be told apart
 //! by the code alone; stderr and the audit log's `command_result` (`staged`) say which.
@@ -1177,6 +1178,13 @@ fn run_staged(
         session.discard(&set)?;
         eprintln!("garuda: the command was interrupted: its change was discarded and the project did not change");
         return Ok((outcome, "discarded (interrupted)", interrupted, None));
+    }
+    if outcome.status == executor::ExitStatus::TimedOut {
+        // Killed at the timeout, the command stopped wherever it was: its change is as
+        // half-made as an interrupted one's. The exit code stays the timeout's (124).
+        session.discard(&set)?;
+        eprintln!("garuda: the command was killed at the timeout: its change was discarded and the project did not change");
+        return Ok((outcome, "discarded (timed out)", None, None));
     }
     eprintln!("{}", garuda_staging::render(&set, session));
     // Only `--discard` makes a discard the caller's own choice; a discard at the question or

@@ -374,3 +374,34 @@ fn a_staged_command_interrupted_by_a_signal_exits_128_plus_n_and_applies_nothing
         }
     }
 }
+
+/// A staged command killed at `--timeout` stopped wherever it was: its half-made change is
+/// discarded whatever `--apply` says, and garuda exits 124, which stops the chain. The
+/// control: the same command with time enough applies and exits 0.
+#[test]
+fn a_staged_command_killed_at_the_timeout_exits_124_and_applies_nothing() {
+    for ex in SANDBOXES {
+        let w = world();
+        let out = w.run(
+            ex,
+            &["--staged", "--apply", "--timeout", "1"],
+            "echo new > a.txt && sleep 30",
+        );
+        let err = text(&out.stderr);
+        assert_eq!(w.code(&out, ex), 124, "{ex}: {err}");
+        assert!(
+            err.contains("garuda: the command was killed at the timeout: its change was discarded and the project did not change"),
+            "{ex}: {err}"
+        );
+        assert_eq!(w.a(), "a old\n", "{ex}");
+
+        let w = world();
+        let out = w.run(
+            ex,
+            &["--staged", "--apply", "--timeout", "30"],
+            "echo new > a.txt",
+        );
+        assert_eq!(w.code(&out, ex), 0, "{ex}: {}", text(&out.stderr));
+        assert_eq!(w.a(), "new\n", "{ex}");
+    }
+}
