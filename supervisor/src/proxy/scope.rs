@@ -58,8 +58,18 @@ impl fmt::Display for Blocked {
     /// host may hold a tab, C1 controls such as U+009B, bidirectional overrides): it is
     /// printed through [`garuda_text::Visible`], so it can neither drive the terminal nor
     /// pass for another name.
+    ///
+    /// A comma or a parenthesis, which no host name holds, is written as `\u{…}` too: the
+    /// entries of a [`BlockedHosts`] line are joined by `, ` and end in `(reason)`, so a host
+    /// sent as `a.test (not in allowlist), b.test` would otherwise read as two entries.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let host = garuda_text::Visible(&self.host);
+        let mut host = garuda_text::visible(&self.host).into_owned();
+        if host.contains([',', '(', ')']) {
+            host = host
+                .replace(',', "\\u{002c}")
+                .replace('(', "\\u{0028}")
+                .replace(')', "\\u{0029}");
+        }
         if DEFAULT_PORTS.contains(&self.port) {
             write!(f, "{host} ({})", self.reason)
         } else {
@@ -463,6 +473,25 @@ mod tests {
                 .count(),
             2
         );
+    }
+
+    #[test]
+    fn a_host_cannot_pass_for_two_entries_of_the_line() {
+        let state = ScopeState::default();
+        let host = "a.test (not in allowlist), b.test";
+        state.record(refusal(host, 80, RefusalReason::HostHeaderMismatch));
+        let blocked = state.snapshot();
+        let line = blocked.to_string();
+        assert_eq!(
+            line,
+            "a.test \\u{0028}not in allowlist\\u{0029}\\u{002c} b.test \
+             (Host header differs from the URL)"
+        );
+        assert_eq!(line.matches(", ").count(), 0, "{line}");
+        // Negative control: the raw host, printed as an entry, reads as two.
+        let raw = format!("{host} (Host header differs from the URL)");
+        assert_eq!(raw.matches(", ").count(), 1);
+        assert!(raw.starts_with("a.test (not in allowlist), "));
     }
 
     #[test]
