@@ -802,7 +802,7 @@ pub enum Stage {
     BridgeHandoff = 21,
     /// PID 1: the pipe that holds the command back until PID 1 has become the reaper.
     Pid1Sync = 22,
-    /// PID 1: putting `/dev/null` on its stdio.
+    /// PID 1: putting `/dev/null` on its stdio, marking its descriptors close-on-exec.
     Pid1Stdio = 23,
     /// PID 1: `PR_SET_NO_NEW_PRIVS`.
     Pid1NoNewPrivs = 24,
@@ -812,6 +812,8 @@ pub enum Stage {
     Pid1Seccomp = 26,
     /// PID 1: executing the reaper.
     Pid1Exec = 27,
+    /// Marking every descriptor above stdio close-on-exec before `execve`.
+    CloseOnExec = 28,
     /// Mount step N is reported as `MOUNT_BASE + N`.
     MountBase = 1000,
 }
@@ -880,9 +882,10 @@ pub fn spawn_native(plan: &NativePlan) -> io::Result<libc::pid_t> {
 
 fn outer_main(plan: &NativePlan) -> ! {
     let rep = plan.report_fd;
-    // The supervisor's signal forwarding handler is inherited across fork; this process and
-    // the sandbox's PID 1 never exec, so put the default actions back (sigaction is
-    // async-signal-safe; the all-zero action is SIG_DFL with an empty mask, on the stack).
+    // The supervisor's signal forwarding handler is inherited across fork; this process never
+    // execs and the sandbox's PID 1 only at the end of its setup, so put the default actions
+    // back (sigaction is async-signal-safe; the all-zero action is SIG_DFL with an empty mask,
+    // on the stack).
     for signal in FORWARDED {
         // SAFETY: sigaction is plain data and all-zero is SIG_DFL; no allocation after fork.
         let default: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -1043,6 +1046,25 @@ fn close_from(first: u32) {
     unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
 }
 
+/// Mark every descriptor from `first` up close-on-exec. An error is the caller's to refuse:
+/// where `close_range` is refused (a container runtime's seccomp profile older than the call
+/// answers `EPERM`), going on would hand inherited descriptors to what is executed next.
+fn cloexec_from(first: u32) -> Result<(), i32> {
+    // SAFETY: close_range with integer arguments.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
 fn init_main(plan: &NativePlan) -> ! {
     let rep = plan.report_fd;
     // SAFETY: prctl with integer arguments. The death signal reaches PID 1 because it comes
@@ -1149,17 +1171,12 @@ fn become_reaper(plan: &NativePlan, cmd: libc::pid_t) -> (Stage, i32) {
     unsafe { libc::close(null) };
     // Every descriptor above 2 closes at exec (the executable's handle is used by the exec
     // itself, the sync pipe's end must close then), except the report pipe.
-    // SAFETY: close_range and fcntl with integer arguments.
-    unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        );
-        if libc::fcntl(rep, libc::F_SETFD, 0) != 0 {
-            return (Stage::Pid1Stdio, errno());
-        }
+    if let Err(e) = cloexec_from(3) {
+        return (Stage::Pid1Stdio, e);
+    }
+    // SAFETY: fcntl with integer arguments.
+    if unsafe { libc::fcntl(rep, libc::F_SETFD, 0) } != 0 {
+        return (Stage::Pid1Stdio, errno());
     }
     // SAFETY: prctl with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
@@ -1424,15 +1441,11 @@ fn command_main(plan: &NativePlan, sync: RawFd) -> ! {
     }
     // No descriptor of the supervisor reaches the command: everything above stdio is closed at
     // exec (the report pipe too, which tells the parent exec succeeded).
-    // SAFETY: close_range with integer arguments.
-    unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
+    if let Err(e) = cloexec_from(3) {
+        report(rep, Stage::CloseOnExec as u32, e);
+        // SAFETY: ends the child.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
     // The filter is the last step before execve and allows execve.
     if let Err(e) = install_seccomp(&plan.seccomp) {
         report(rep, Stage::Seccomp as u32, e);
@@ -1881,15 +1894,7 @@ pub fn bwrap_pre_exec(
     let hook = move || -> io::Result<()> {
         // No descriptor the supervisor inherited or opened reaches bwrap (and so the command)
         // except the ones bwrap must read.
-        // SAFETY: close_range with integer arguments.
-        cvt(unsafe {
-            libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            )
-        })?;
+        cloexec_from(3).map_err(io::Error::from_raw_os_error)?;
         for fd in &keep {
             clear_cloexec(*fd)?;
         }

@@ -715,6 +715,7 @@ const USAGE: &str = "usage: garuda-probe SUBCOMMAND [ARGS]
   fsopen | open-tree | mount-setattr | move-mount
   status | procs | env | forkbomb N | spam BYTES
   syscall [--userns] [--filter FILE] NR[,ARG...]...   (ARG: integer, 0x hex, or buf)
+  exec-filtered FILE PROG [ARG...]   (PROG under the seccomp program in FILE)
   i386-getpid (x86-64)          pid1 HEX [--wait]";
 
 /// Run one subcommand; `Ok(Some(line))` is printed, `Err` is bad usage.
@@ -1015,6 +1016,18 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
                 .join("\n")
         }
         "syscall" => syscalls(rest)?,
+        // Run PROG under a seccomp program of the test's (a stand-in for a container runtime's
+        // profile); prints a line only when the program cannot be installed or PROG executed.
+        "exec-filtered" => {
+            let (file, prog) = (arg(0)?, arg(1)?);
+            match install_filter(file)? {
+                installed if installed != "ok" => installed,
+                _ => {
+                    use std::os::unix::process::CommandExt;
+                    io_errno(&std::process::Command::new(prog).args(&rest[2..]).exec())
+                }
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         "i386-getpid" => {
             expect_args(0)?;
