@@ -1229,18 +1229,30 @@ static REAPER_HOOK: extern "C" fn() = reaper_hook;
 /// its command line from `/proc/self/cmdline` (the C runtime's way of passing `argv` to these
 /// functions is not portable), reaps ([`pid1_reap`]) and exits without ever reaching the Rust
 /// runtime or `main`. Any other PID 1 (garuda as a container's init) returns and runs as usual.
+///
+/// The name [`REAPER_ARGV0`] is reserved: a PID 1 called that never reaches `main`, even when
+/// the rest of its command line is not the reaper's exact shape (two numbers, nothing else).
+/// It then exits with [`SETUP_FAILED_EXIT`]: falling through to `main` would run the
+/// supervisor (or a test binary's harness, with the numbers as test filters) as the sandbox's
+/// PID 1, and its exit code would pass for the command's.
 extern "C" fn reaper_hook() {
     // SAFETY: getpid cannot fail.
     if unsafe { libc::getpid() } != 1 {
         return;
     }
     let mut buf = [0u8; 128];
-    let Some(len) = read_small_file(c"/proc/self/cmdline", &mut buf) else {
+    let Some(len) = read_prefix(c"/proc/self/cmdline", &mut buf) else {
         return;
     };
+    // Every argument ends with a NUL: the last split is the empty rest after it.
     let mut args = buf[..len].split(|b| *b == 0);
     if args.next() != Some(REAPER_ARGV0.to_bytes()) {
         return;
+    }
+    if len == buf.len() {
+        // SAFETY: ends this process before the Rust runtime starts (see above): the
+        // reaper's command line is far shorter than the buffer.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
     }
     let mut number = || -> Option<i32> {
         let digits = args.next()?;
@@ -1252,17 +1264,23 @@ extern "C" fn reaper_hook() {
         })
     };
     let (Some(cmd), Some(report_fd)) = (number(), number()) else {
-        return;
+        // SAFETY: as above: not two numbers.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
     };
+    if args.next() != Some(&[][..]) || args.next().is_some() {
+        // SAFETY: as above: a third argument is not the reaper's command line.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
     let code = pid1_reap(cmd, report_fd);
     // SAFETY: ends PID 1 here, before the Rust runtime starts; the kernel then kills whatever
     // is left in the namespace.
     unsafe { libc::_exit(code) }
 }
 
-/// Read up to `buf.len()` bytes of `path` with plain system calls (usable before the Rust
-/// runtime starts); `None` if it cannot be opened or read, or does not fit.
-fn read_small_file(path: &CStr, buf: &mut [u8]) -> Option<usize> {
+/// Read `path` into `buf` with plain system calls (usable before the Rust runtime starts),
+/// until its end or until `buf` is full; the length read (`buf.len()`: the file may be
+/// longer), or `None` if it cannot be opened or read.
+fn read_prefix(path: &CStr, buf: &mut [u8]) -> Option<usize> {
     // SAFETY: a valid NUL-terminated path; flags are constants.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -1270,11 +1288,9 @@ fn read_small_file(path: &CStr, buf: &mut [u8]) -> Option<usize> {
     }
     let mut len = 0;
     let result = loop {
-        let Some(rest) = buf.get_mut(len..) else {
-            break None;
-        };
+        let rest = buf.get_mut(len..).unwrap_or_default();
         if rest.is_empty() {
-            break None; // does not fit: not the reaper's short command line
+            break Some(len);
         }
         // SAFETY: `rest` is a valid writable buffer of the given length.
         let n = unsafe { libc::read(fd, rest.as_mut_ptr().cast(), rest.len()) };

@@ -352,3 +352,64 @@ fn the_canary_is_not_in_the_command_environment() {
         "{env}"
     );
 }
+
+/// `garuda` as PID 1 of a namespace of its own (`unshare`), started by a shell that first
+/// forks a child exiting 3 and then executes `garuda` under `argv0` with `args` (`CHILD`
+/// stands for that child's pid): the exit code and stdout.
+fn garuda_as_pid1(argv0: &str, args: &[&str]) -> (Option<i32>, String) {
+    let script = r#"a0=$1; g=$2; shift 2; (exit 3) & child=$!
+args=(); for a in "$@"; do [ "$a" = CHILD ] && a=$child; args+=("$a"); done
+exec -a "$a0" "$g" "${args[@]}""#;
+    let out = Command::new("unshare")
+        .args([
+            "--user",
+            "--map-root-user",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "bash",
+            "-c",
+            script,
+            "sh",
+            argv0,
+        ])
+        .arg(util::garuda_bin().unwrap())
+        .args(args)
+        .env_clear()
+        .env("PATH", util::SANDBOX_PATH)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The reaper hook (`sys::reaper_hook`, run before `main` in every process of the `garuda`
+/// binary) takes over only a PID 1 named `garuda-sandbox-init`, and that name is reserved: such
+/// a PID 1 never reaches `main`, whatever follows the name. Controls: a PID 1 named `garuda`
+/// runs `main` (`--version` prints the version; two numbers are a usage error, 2), and the
+/// reaper's exact command line (the child's pid, a report descriptor) reaps the child and
+/// exits with its code (3).
+#[test]
+fn the_reaper_name_is_reserved_for_pid_1() {
+    let (code, out) = garuda_as_pid1("garuda", &["--version"]);
+    assert!(
+        code == Some(0) && out.starts_with("garuda "),
+        "{code:?} {out:?}"
+    );
+    assert_eq!(garuda_as_pid1("garuda", &["CHILD", "1"]).0, Some(2));
+    assert_eq!(
+        garuda_as_pid1("garuda-sandbox-init", &["CHILD", "1"]),
+        (Some(3), String::new())
+    );
+    // Not the reaper's shape: refused before `main`, never run as the supervisor.
+    for args in [&["--version"][..], &["CHILD", "1", "--version"], &[]] {
+        assert_eq!(
+            garuda_as_pid1("garuda-sandbox-init", args),
+            (Some(125), String::new()),
+            "{args:?}"
+        );
+    }
+}
