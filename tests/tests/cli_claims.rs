@@ -18,7 +18,6 @@
 mod util;
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -30,17 +29,6 @@ const SANDBOXES: [&str; 2] = ["landlock", "bubblewrap"];
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// Says that `what` was not tested and why, on stderr (written directly, so the test harness's
-/// capture of a passing test cannot hide it; CI fails on the line), and fails unless the
-/// variable `allow` is set.
-fn not_tested(what: &str, why: &str, allow: &str) {
-    let _ = writeln!(std::io::stderr(), "NOT TESTED: {what} ({why})");
-    assert!(
-        std::env::var_os(allow).is_some(),
-        "NOT TESTED: {what} ({why}); set {allow}=1 to accept that"
-    );
 }
 
 /// A fake home and a project under `~/.cache/garuda-cli-claims/`.
@@ -200,10 +188,9 @@ fn host_daemon_sockets_are_out_of_reach() {
     let run = writable_run_dir()
         .map(|dir| Socket::at(dir.join(format!("garuda-test-{}.sock", std::process::id()))));
     if run.is_none() {
-        not_tested(
-            "a socket under /run",
-            "no folder under /run is writable by this user",
-            "GARUDA_ALLOW_NO_RUN_SOCKET",
+        util::not_tested(
+            "run-socket",
+            "a socket under /run (no folder under /run is writable by this user)",
         );
     }
 
