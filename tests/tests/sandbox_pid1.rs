@@ -354,10 +354,12 @@ fn the_canary_is_not_in_the_command_environment() {
 }
 
 /// `garuda` as PID 1 of a namespace of its own (`unshare`), started by a shell that first
-/// forks a child exiting 3 and then executes `garuda` under `argv0` with `args` (`CHILD`
-/// stands for that child's pid): the exit code and stdout.
+/// forks a child and then executes `garuda` under `argv0` with `args` (`CHILD` stands for
+/// that child's pid): the exit code and stdout. The child exits 3 once PID 1 runs `garuda`
+/// (before that, the shell could reap it itself).
 fn garuda_as_pid1(argv0: &str, args: &[&str]) -> (Option<i32>, String) {
-    let script = r#"a0=$1; g=$2; shift 2; (exit 3) & child=$!
+    let script = r#"a0=$1; g=$(readlink -f "$2"); shift 2
+(until [ "$(readlink /proc/1/exe)" = "$g" ]; do :; done; exit 3) & child=$!
 args=(); for a in "$@"; do [ "$a" = CHILD ] && a=$child; args+=("$a"); done
 exec -a "$a0" "$g" "${args[@]}""#;
     let out = Command::new("unshare")
