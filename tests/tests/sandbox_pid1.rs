@@ -24,7 +24,6 @@
 mod util;
 
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::fs::FileExt;
 use std::process::{Command, Stdio};
 
 use garuda_supervisor::executor::ExecutorKind;
@@ -77,38 +76,29 @@ fn environ_holds(pid: u32, needle: &[u8]) -> Result<bool, std::io::Error> {
     Ok(env.windows(needle.len()).any(|w| w == needle))
 }
 
-/// Whether `needle` is in the memory `pid` made itself (writable or anonymous mappings, heap,
-/// stack); a file's read-only mapping holds the file, which cannot contain a value made up for
-/// this run.
+/// Whether `needle` is in the memory `pid` made itself (`garuda_tests::scan_memory`, shared
+/// with the probe); a scan that read nothing would prove nothing.
 fn memory_holds(pid: u32, needle: &[u8]) -> Result<bool, std::io::Error> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
-    let mut scanned = 0usize;
-    for line in maps.lines() {
-        let mut words = line.split_whitespace();
-        let (Some(range), Some(perms)) = (words.next(), words.next()) else {
-            continue;
-        };
-        let path = words.nth(3).unwrap_or("");
-        let ours = perms.contains('w') || path.is_empty() || path.starts_with('[');
-        if !perms.starts_with('r') || !ours || path.starts_with("[v") {
-            continue;
-        }
-        let (start, end) = range.split_once('-').unwrap();
-        let start = u64::from_str_radix(start, 16).unwrap();
-        let end = u64::from_str_radix(end, 16).unwrap();
-        let mut region = vec![0u8; (end - start) as usize];
-        if mem.read_exact_at(&mut region, start).is_err() {
-            continue;
-        }
-        scanned += region.len();
-        if region.windows(needle.len()).any(|w| w == needle) {
-            return Ok(true);
-        }
-    }
-    // A scan that read nothing would prove nothing.
-    assert!(scanned > 0, "nothing of {pid}'s memory could be read");
-    Ok(false)
+    let scan = garuda_tests::scan_memory(&pid.to_string(), needle)?;
+    assert!(scan.bytes > 0, "nothing of {pid}'s memory could be read");
+    Ok(scan.found)
+}
+
+/// The two checks of the canary in `who` (`pid`): in its environment and in its memory, each
+/// `want` (found or not); `(what, as expected)`.
+fn canary_checks(who: &str, pid: u32, needle: &[u8], want: bool) -> [(String, bool); 2] {
+    let env = environ_holds(pid, needle).map_err(|e| e.to_string());
+    let mem = memory_holds(pid, needle).map_err(|e| e.to_string());
+    [
+        (
+            format!("{who}'s environment: canary found {env:?}"),
+            env == Ok(want),
+        ),
+        (
+            format!("{who}'s memory: canary found {mem:?}"),
+            mem == Ok(want),
+        ),
+    ]
 }
 
 /// Run the probe in `kind` through the `garuda` binary and check PID 1 from inside and outside.
@@ -196,27 +186,13 @@ fn check(kind: ExecutorKind) {
             got == want,
         );
     }
-    let env = environ_holds(pid1, needle).map_err(|e| e.to_string());
-    expect(
-        format!("host view of PID 1's environment: canary found {env:?}"),
-        env == Ok(false),
-    );
-    let mem = memory_holds(pid1, needle).map_err(|e| e.to_string());
-    expect(
-        format!("host view of PID 1's memory: canary found {mem:?}"),
-        mem == Ok(false),
-    );
+    for (what, ok) in canary_checks("host view of PID 1", pid1, needle, false) {
+        expect(what, ok);
+    }
     // Controls: the supervisor itself holds the canary, and the scanner finds it there.
-    let env = environ_holds(garuda, needle).map_err(|e| e.to_string());
-    expect(
-        format!("control, garuda's environment: canary found {env:?}"),
-        env == Ok(true),
-    );
-    let mem = memory_holds(garuda, needle).map_err(|e| e.to_string());
-    expect(
-        format!("control, garuda's memory: canary found {mem:?}"),
-        mem == Ok(true),
-    );
+    for (what, ok) in canary_checks("control, garuda", garuda, needle, true) {
+        expect(what, ok);
+    }
     if kind == ExecutorKind::Landlock {
         // outer: PID 1's parent, the unhardened fork PID 1 was a copy of.
         let outer: u32 = status_field(pid1, "PPid").parse().unwrap();
@@ -238,16 +214,9 @@ fn check(kind: ExecutorKind) {
             };
             expect(format!("control, outer's {field} {got} (unhardened)"), ok);
         }
-        let env = environ_holds(outer, needle).map_err(|e| e.to_string());
-        expect(
-            format!("control, outer's environment: canary found {env:?}"),
-            env == Ok(true),
-        );
-        let mem = memory_holds(outer, needle).map_err(|e| e.to_string());
-        expect(
-            format!("control, outer's memory: canary found {mem:?}"),
-            mem == Ok(true),
-        );
+        for (what, ok) in canary_checks("control, outer", outer, needle, true) {
+            expect(what, ok);
+        }
     }
 
     // Let the probe finish.
