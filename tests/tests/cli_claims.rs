@@ -252,31 +252,49 @@ fn assert_runs_with_its_own_code(
     std::fs::remove_file(marker).unwrap();
 }
 
+/// The descriptor limit of [`a_real_executor_setup_failure_exits_125_naming_the_stage`].
+const FD_LIMIT: usize = 64;
+
 /// The executor's own setup fails for real, and `garuda sandbox` exits 125 naming the stage;
-/// the command never runs. The fault is a descriptor limit (`prlimit --nofile=64`, which binds
-/// root too) too low for what the executor must hold for this project:
+/// the command never runs. The fault is a descriptor limit (`prlimit --nofile`, which binds
+/// root too; garuda starts with stdio only) too low for what the executor must hold for this
+/// project, whatever number of descriptors the supervisor itself holds below it (the project
+/// asks for twice the limit):
 ///
-/// - `landlock`: outer holds every bind source (each pinned folder and read-only path: here 60
-///   `dN/.garuda` folders and their 60 pins) on a descriptor of its own, at fixed numbers above
-///   the supervisor's own; once every number below 64 is taken, the open of the next handle
-///   fails with `EMFILE`, in the `Hold` mount step for descriptor 64;
-/// - `bubblewrap`: one empty-file descriptor per unreadable file (here 80 `.env.N` files)
-///   for bwrap to read; the memfd past the limit fails with `EMFILE`.
+/// - `landlock`: outer holds every bind source (each pinned folder and read-only path: here
+///   [`FD_LIMIT`] `dN/.garuda` folders and as many pins) on a descriptor of its own, at
+///   consecutive numbers above the supervisor's own; once every number below the limit is
+///   taken, the open of the next handle fails with `EMFILE`, in the `Hold` mount step for
+///   descriptor [`FD_LIMIT`], one of the project's folders;
+/// - `bubblewrap`: one empty-file descriptor per unreadable file (here 2 × [`FD_LIMIT`]
+///   `.env.N` files) for bwrap to read; the memfd past the limit fails with `EMFILE`.
 ///
 /// Negative control: the same command without the limit exits with its own code, 7.
 #[test]
 fn a_real_executor_setup_failure_exits_125_naming_the_stage() {
     let w = world();
-    for i in 0..60 {
+    for i in 0..FD_LIMIT {
         std::fs::create_dir_all(w.project.join(format!("d{i}/.garuda"))).unwrap();
     }
-    for i in 0..80 {
+    for i in 0..2 * FD_LIMIT {
         std::fs::write(w.project.join(format!(".env.{i}")), "SECRET=1\n").unwrap();
     }
     let marker = w.project.join("ran");
     let script = format!("touch '{}'; exit 7", marker.display());
     let cmd: [&dyn AsRef<std::ffi::OsStr>; 3] = [&"/bin/sh", &"-c", &script];
-    let limit = ["prlimit", "--nofile=64:64", "--"];
+    let nofile = format!("--nofile={FD_LIMIT}:{FD_LIMIT}");
+    // Only stdio reaches garuda: a descriptor this test inherited (from a CI runner, say) just
+    // below the limit would make the failing `Hold` the one before it.
+    let limit = [
+        "bash",
+        "-c",
+        r#"for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
+exec "$@""#,
+        "bash",
+        "prlimit",
+        nofile.as_str(),
+        "--",
+    ];
     for (executor, stage) in [
         ("landlock", "sandbox setup failed at mount step "),
         (
@@ -289,8 +307,10 @@ fn a_real_executor_setup_failure_exits_125_naming_the_stage() {
         assert_eq!(out.status.code(), Some(125), "{executor}: {err}");
         assert!(err.contains(stage), "{executor}: {err}");
         if executor == "landlock" {
+            let project_dir = format!("(Hold {{ path: \"{}/d", w.project.display());
+            let fd = format!(", fd: {FD_LIMIT} }}): Too many open files");
             assert!(
-                err.contains("(Hold {") && err.contains(", fd: 64 }): Too many open files"),
+                err.contains(&project_dir) && err.contains(&fd),
                 "{executor}: {err}"
             );
         }
