@@ -1216,8 +1216,10 @@ fn become_reaper(plan: &NativePlan, cmd: libc::pid_t) -> (Stage, i32) {
 /// that runs the landlock executor in-process) starts with [`reaper_hook`], through the ELF
 /// `.init_array`, before the Rust runtime and `main`. [`spawn_native`] refers to this static,
 /// so the linker keeps it wherever the executor is linked.
-// SAFETY: `.init_array` holds `extern "C"` functions that the C runtime calls once at start;
-// `reaper_hook` has that type and returns normally when the process is not the reaper.
+// SAFETY: `.init_array` holds `extern "C"` functions that the C runtime calls once at start,
+// before `main` (glibc passes argc, argv and envp, which a C function taking no arguments
+// ignores); `reaper_hook` has that type, uses only its stack and system calls, and returns
+// normally when the process is not the reaper.
 #[used]
 #[link_section = ".init_array"]
 static REAPER_HOOK: extern "C" fn() = reaper_hook;

@@ -504,9 +504,10 @@ fn syscalls(args: &[OsString]) -> Result<String, String> {
 /// kills the process; on the host it answers `ok` (or `ENOSYS` without IA-32 emulation).
 #[cfg(target_arch = "x86_64")]
 fn i386_getpid() -> String {
-    let mut eax: i64 = 20; // __NR_getpid on i386
-                           // SAFETY: `int 0x80` with eax = getpid reads no memory; the registers the compat entry
-                           // may clobber are declared.
+    // __NR_getpid on i386.
+    let mut eax: i64 = 20;
+    // SAFETY: `int 0x80` with eax = getpid reads no memory (the switch to the kernel stack
+    // leaves this stack alone); the registers the compat entry may clobber are declared.
     unsafe {
         std::arch::asm!(
             "int 0x80",
