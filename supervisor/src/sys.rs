@@ -802,7 +802,7 @@ pub enum Stage {
     BridgeHandoff = 21,
     /// PID 1: the pipe that holds the command back until PID 1 has become the reaper.
     Pid1Sync = 22,
-    /// PID 1: putting `/dev/null` on its stdio.
+    /// PID 1: putting `/dev/null` on its stdio, marking its descriptors close-on-exec.
     Pid1Stdio = 23,
     /// PID 1: `PR_SET_NO_NEW_PRIVS`.
     Pid1NoNewPrivs = 24,
@@ -812,6 +812,8 @@ pub enum Stage {
     Pid1Seccomp = 26,
     /// PID 1: executing the reaper.
     Pid1Exec = 27,
+    /// Marking every descriptor above stdio close-on-exec before `execve`.
+    CloseOnExec = 28,
     /// Mount step N is reported as `MOUNT_BASE + N`.
     MountBase = 1000,
 }
@@ -880,9 +882,10 @@ pub fn spawn_native(plan: &NativePlan) -> io::Result<libc::pid_t> {
 
 fn outer_main(plan: &NativePlan) -> ! {
     let rep = plan.report_fd;
-    // The supervisor's signal forwarding handler is inherited across fork; this process and
-    // the sandbox's PID 1 never exec, so put the default actions back (sigaction is
-    // async-signal-safe; the all-zero action is SIG_DFL with an empty mask, on the stack).
+    // The supervisor's signal forwarding handler is inherited across fork; this process never
+    // execs and the sandbox's PID 1 only at the end of its setup, so put the default actions
+    // back (sigaction is async-signal-safe; the all-zero action is SIG_DFL with an empty mask,
+    // on the stack).
     for signal in FORWARDED {
         // SAFETY: sigaction is plain data and all-zero is SIG_DFL; no allocation after fork.
         let default: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -1043,6 +1046,25 @@ fn close_from(first: u32) {
     unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
 }
 
+/// Mark every descriptor from `first` up close-on-exec. An error is the caller's to refuse:
+/// where `close_range` is refused (a container runtime's seccomp profile older than the call
+/// answers `EPERM`), going on would hand inherited descriptors to what is executed next.
+fn cloexec_from(first: u32) -> Result<(), i32> {
+    // SAFETY: close_range with integer arguments.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
 fn init_main(plan: &NativePlan) -> ! {
     let rep = plan.report_fd;
     // SAFETY: prctl with integer arguments. The death signal reaches PID 1 because it comes
@@ -1149,17 +1171,12 @@ fn become_reaper(plan: &NativePlan, cmd: libc::pid_t) -> (Stage, i32) {
     unsafe { libc::close(null) };
     // Every descriptor above 2 closes at exec (the executable's handle is used by the exec
     // itself, the sync pipe's end must close then), except the report pipe.
-    // SAFETY: close_range and fcntl with integer arguments.
-    unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        );
-        if libc::fcntl(rep, libc::F_SETFD, 0) != 0 {
-            return (Stage::Pid1Stdio, errno());
-        }
+    if let Err(e) = cloexec_from(3) {
+        return (Stage::Pid1Stdio, e);
+    }
+    // SAFETY: fcntl with integer arguments.
+    if unsafe { libc::fcntl(rep, libc::F_SETFD, 0) } != 0 {
+        return (Stage::Pid1Stdio, errno());
     }
     // SAFETY: prctl with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
@@ -1199,8 +1216,10 @@ fn become_reaper(plan: &NativePlan, cmd: libc::pid_t) -> (Stage, i32) {
 /// that runs the landlock executor in-process) starts with [`reaper_hook`], through the ELF
 /// `.init_array`, before the Rust runtime and `main`. [`spawn_native`] refers to this static,
 /// so the linker keeps it wherever the executor is linked.
-// SAFETY: `.init_array` holds `extern "C"` functions that the C runtime calls once at start;
-// `reaper_hook` has that type and returns normally when the process is not the reaper.
+// SAFETY: `.init_array` holds `extern "C"` functions that the C runtime calls once at start,
+// before `main` (glibc passes argc, argv and envp, which a C function taking no arguments
+// ignores); `reaper_hook` has that type, uses only its stack and system calls, and returns
+// normally when the process is not the reaper.
 #[used]
 #[link_section = ".init_array"]
 static REAPER_HOOK: extern "C" fn() = reaper_hook;
@@ -1212,18 +1231,30 @@ static REAPER_HOOK: extern "C" fn() = reaper_hook;
 /// its command line from `/proc/self/cmdline` (the C runtime's way of passing `argv` to these
 /// functions is not portable), reaps ([`pid1_reap`]) and exits without ever reaching the Rust
 /// runtime or `main`. Any other PID 1 (garuda as a container's init) returns and runs as usual.
+///
+/// The name [`REAPER_ARGV0`] is reserved: a PID 1 called that never reaches `main`, even when
+/// the rest of its command line is not the reaper's exact shape (two numbers, nothing else).
+/// It then exits with [`SETUP_FAILED_EXIT`]: falling through to `main` would run the
+/// supervisor (or a test binary's harness, with the numbers as test filters) as the sandbox's
+/// PID 1, and its exit code would pass for the command's.
 extern "C" fn reaper_hook() {
     // SAFETY: getpid cannot fail.
     if unsafe { libc::getpid() } != 1 {
         return;
     }
     let mut buf = [0u8; 128];
-    let Some(len) = read_small_file(c"/proc/self/cmdline", &mut buf) else {
+    let Some(len) = read_prefix(c"/proc/self/cmdline", &mut buf) else {
         return;
     };
+    // Every argument ends with a NUL: the last split is the empty rest after it.
     let mut args = buf[..len].split(|b| *b == 0);
     if args.next() != Some(REAPER_ARGV0.to_bytes()) {
         return;
+    }
+    if len == buf.len() {
+        // SAFETY: ends this process before the Rust runtime starts (see above): the
+        // reaper's command line is far shorter than the buffer.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
     }
     let mut number = || -> Option<i32> {
         let digits = args.next()?;
@@ -1235,17 +1266,23 @@ extern "C" fn reaper_hook() {
         })
     };
     let (Some(cmd), Some(report_fd)) = (number(), number()) else {
-        return;
+        // SAFETY: as above: not two numbers.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
     };
+    if args.next() != Some(&[][..]) || args.next().is_some() {
+        // SAFETY: as above: a third argument is not the reaper's command line.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
     let code = pid1_reap(cmd, report_fd);
     // SAFETY: ends PID 1 here, before the Rust runtime starts; the kernel then kills whatever
     // is left in the namespace.
     unsafe { libc::_exit(code) }
 }
 
-/// Read up to `buf.len()` bytes of `path` with plain system calls (usable before the Rust
-/// runtime starts); `None` if it cannot be opened or read, or does not fit.
-fn read_small_file(path: &CStr, buf: &mut [u8]) -> Option<usize> {
+/// Read `path` into `buf` with plain system calls (usable before the Rust runtime starts),
+/// until its end or until `buf` is full; the length read (`buf.len()`: the file may be
+/// longer), or `None` if it cannot be opened or read.
+fn read_prefix(path: &CStr, buf: &mut [u8]) -> Option<usize> {
     // SAFETY: a valid NUL-terminated path; flags are constants.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -1253,11 +1290,9 @@ fn read_small_file(path: &CStr, buf: &mut [u8]) -> Option<usize> {
     }
     let mut len = 0;
     let result = loop {
-        let Some(rest) = buf.get_mut(len..) else {
-            break None;
-        };
+        let rest = buf.get_mut(len..).unwrap_or_default();
         if rest.is_empty() {
-            break None; // does not fit: not the reaper's short command line
+            break Some(len);
         }
         // SAFETY: `rest` is a valid writable buffer of the given length.
         let n = unsafe { libc::read(fd, rest.as_mut_ptr().cast(), rest.len()) };
@@ -1424,15 +1459,11 @@ fn command_main(plan: &NativePlan, sync: RawFd) -> ! {
     }
     // No descriptor of the supervisor reaches the command: everything above stdio is closed at
     // exec (the report pipe too, which tells the parent exec succeeded).
-    // SAFETY: close_range with integer arguments.
-    unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
+    if let Err(e) = cloexec_from(3) {
+        report(rep, Stage::CloseOnExec as u32, e);
+        // SAFETY: ends the child.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
     // The filter is the last step before execve and allows execve.
     if let Err(e) = install_seccomp(&plan.seccomp) {
         report(rep, Stage::Seccomp as u32, e);
@@ -1881,15 +1912,7 @@ pub fn bwrap_pre_exec(
     let hook = move || -> io::Result<()> {
         // No descriptor the supervisor inherited or opened reaches bwrap (and so the command)
         // except the ones bwrap must read.
-        // SAFETY: close_range with integer arguments.
-        cvt(unsafe {
-            libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            )
-        })?;
+        cloexec_from(3).map_err(io::Error::from_raw_os_error)?;
         for fd in &keep {
             clear_cloexec(*fd)?;
         }

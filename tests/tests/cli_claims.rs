@@ -18,7 +18,6 @@
 mod util;
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -30,17 +29,6 @@ const SANDBOXES: [&str; 2] = ["landlock", "bubblewrap"];
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// Says that `what` was not tested and why, on stderr (written directly, so the test harness's
-/// capture of a passing test cannot hide it; CI fails on the line), and fails unless the
-/// variable `allow` is set.
-fn not_tested(what: &str, why: &str, allow: &str) {
-    let _ = writeln!(std::io::stderr(), "NOT TESTED: {what} ({why})");
-    assert!(
-        std::env::var_os(allow).is_some(),
-        "NOT TESTED: {what} ({why}); set {allow}=1 to accept that"
-    );
 }
 
 /// A fake home and a project under `~/.cache/garuda-cli-claims/`.
@@ -200,10 +188,9 @@ fn host_daemon_sockets_are_out_of_reach() {
     let run = writable_run_dir()
         .map(|dir| Socket::at(dir.join(format!("garuda-test-{}.sock", std::process::id()))));
     if run.is_none() {
-        not_tested(
-            "a socket under /run",
-            "no folder under /run is writable by this user",
-            "GARUDA_ALLOW_NO_RUN_SOCKET",
+        util::not_tested(
+            "run-socket",
+            "a socket under /run (no folder under /run is writable by this user)",
         );
     }
 
@@ -245,31 +232,69 @@ fn host_daemon_sockets_are_out_of_reach() {
 // ---------------------------------------------------------------------------------------------
 // Exit 125 on a real setup failure of the executor
 
+/// The negative control of the tests below: `cmd` (which creates `marker`, then exits 7) run
+/// by `garuda` under `executor`, started through `wrapper`, runs, and its own code comes back.
+fn assert_runs_with_its_own_code(
+    w: &World,
+    wrapper: &[&str],
+    executor: &str,
+    cmd: &[&dyn AsRef<std::ffi::OsStr>],
+    marker: &Path,
+) {
+    let out = w.sandbox(wrapper, executor, &[], cmd);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{executor}: {}",
+        text(&out.stderr)
+    );
+    assert!(marker.exists(), "{executor}: the command did not run");
+    std::fs::remove_file(marker).unwrap();
+}
+
+/// The descriptor limit of [`a_real_executor_setup_failure_exits_125_naming_the_stage`].
+const FD_LIMIT: usize = 64;
+
 /// The executor's own setup fails for real, and `garuda sandbox` exits 125 naming the stage;
-/// the command never runs. The fault is a descriptor limit (`prlimit --nofile=64`, which binds
-/// root too) too low for what the executor must hold for this project:
+/// the command never runs. The fault is a descriptor limit (`prlimit --nofile`, which binds
+/// root too; garuda starts with stdio only) too low for what the executor must hold for this
+/// project, whatever number of descriptors the supervisor itself holds below it (the project
+/// asks for twice the limit):
 ///
-/// - `landlock`: outer holds every bind source (each pinned folder and read-only path: here 60
-///   `dN/.garuda` folders and their 60 pins) on a descriptor of its own, at fixed numbers above
-///   the supervisor's own; once every number below 64 is taken, the open of the next handle
-///   fails with `EMFILE`, in the `Hold` mount step for descriptor 64;
-/// - `bubblewrap`: one empty-file descriptor per unreadable file (here 80 `.env.N` files)
-///   for bwrap to read; the memfd past the limit fails with `EMFILE`.
+/// - `landlock`: outer holds every bind source (each pinned folder and read-only path: here
+///   [`FD_LIMIT`] `dN/.garuda` folders and as many pins) on a descriptor of its own, at
+///   consecutive numbers above the supervisor's own; once every number below the limit is
+///   taken, the open of the next handle fails with `EMFILE`, in the `Hold` mount step for
+///   descriptor [`FD_LIMIT`], one of the project's folders;
+/// - `bubblewrap`: one empty-file descriptor per unreadable file (here 2 × [`FD_LIMIT`]
+///   `.env.N` files) for bwrap to read; the memfd past the limit fails with `EMFILE`.
 ///
 /// Negative control: the same command without the limit exits with its own code, 7.
 #[test]
 fn a_real_executor_setup_failure_exits_125_naming_the_stage() {
     let w = world();
-    for i in 0..60 {
+    for i in 0..FD_LIMIT {
         std::fs::create_dir_all(w.project.join(format!("d{i}/.garuda"))).unwrap();
     }
-    for i in 0..80 {
+    for i in 0..2 * FD_LIMIT {
         std::fs::write(w.project.join(format!(".env.{i}")), "SECRET=1\n").unwrap();
     }
     let marker = w.project.join("ran");
     let script = format!("touch '{}'; exit 7", marker.display());
     let cmd: [&dyn AsRef<std::ffi::OsStr>; 3] = [&"/bin/sh", &"-c", &script];
-    let limit = ["prlimit", "--nofile=64:64", "--"];
+    let nofile = format!("--nofile={FD_LIMIT}:{FD_LIMIT}");
+    // Only stdio reaches garuda: a descriptor this test inherited (from a CI runner, say) just
+    // below the limit would make the failing `Hold` the one before it.
+    let limit = [
+        "bash",
+        "-c",
+        r#"for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
+exec "$@""#,
+        "bash",
+        "prlimit",
+        nofile.as_str(),
+        "--",
+    ];
     for (executor, stage) in [
         ("landlock", "sandbox setup failed at mount step "),
         (
@@ -282,22 +307,90 @@ fn a_real_executor_setup_failure_exits_125_naming_the_stage() {
         assert_eq!(out.status.code(), Some(125), "{executor}: {err}");
         assert!(err.contains(stage), "{executor}: {err}");
         if executor == "landlock" {
+            let project_dir = format!("(Hold {{ path: \"{}/d", w.project.display());
+            let fd = format!(", fd: {FD_LIMIT} }}): Too many open files");
             assert!(
-                err.contains("(Hold {") && err.contains(", fd: 64 }): Too many open files"),
+                err.contains(&project_dir) && err.contains(&fd),
                 "{executor}: {err}"
             );
         }
         assert!(!marker.exists(), "{executor}: the command ran");
         // Negative control: without the fault the command runs and its own code comes back.
-        let out = w.sandbox(&[], executor, &[], &cmd);
-        assert_eq!(
-            out.status.code(),
-            Some(7),
-            "{executor}: {}",
-            text(&out.stderr)
-        );
-        assert!(marker.exists(), "{executor}: the command did not run");
-        std::fs::remove_file(&marker).unwrap();
+        assert_runs_with_its_own_code(&w, &[], executor, &cmd, &marker);
+    }
+}
+
+/// The program of [`a_refused_close_range_stops_the_command`]: `close_range` answers `EPERM`,
+/// as under a container runtime's seccomp profile that predates the call; everything else,
+/// and any other architecture, is allowed. Raw `struct sock_filter[]`.
+fn filter_refusing_close_range() -> Vec<u8> {
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    const RET_ERRNO: u32 = 0x0005_0000;
+    let arch: u32 = if cfg!(target_arch = "x86_64") {
+        62 | 0x8000_0000 | 0x4000_0000
+    } else {
+        183 | 0x8000_0000 | 0x4000_0000
+    };
+    let program: [(u16, u8, u8, u32); 6] = [
+        (LD_W_ABS, 0, 0, 4), // seccomp_data.arch
+        (JEQ_K, 0, 3, arch),
+        (LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        (JEQ_K, 0, 1, libc::SYS_close_range as u32),
+        (RET_K, 0, 0, RET_ERRNO | libc::EPERM as u32),
+        (RET_K, 0, 0, RET_ALLOW),
+    ];
+    let mut out = Vec::new();
+    for (code, jt, jf, k) in program {
+        out.extend_from_slice(&code.to_ne_bytes());
+        out.extend_from_slice(&[jt, jf]);
+        out.extend_from_slice(&k.to_ne_bytes());
+    }
+    out
+}
+
+/// Every descriptor above stdio must be closed before the command runs (a descriptor the
+/// calling shell left open could reach a file outside the sandbox); both executors do it with
+/// `close_range(CLOSE_RANGE_CLOEXEC)`. Where that call is refused (a seccomp profile that
+/// predates it answers `EPERM`), Garuda stops with 125 naming the step instead of running the
+/// command with whatever it inherited. `garuda` runs under such a program (the probe installs
+/// it and executes `garuda`). Negative control: the same start without the program runs the
+/// command, which exits with its own code.
+#[test]
+fn a_refused_close_range_stops_the_command() {
+    let w = world();
+    let filter = w.root().join("no-close-range.bpf");
+    std::fs::write(&filter, filter_refusing_close_range()).unwrap();
+    let filter = filter.to_str().unwrap().to_string();
+    let wrapper = [PROBE, "exec-filtered", filter.as_str()];
+    let marker = w.project.join("ran");
+    let script = format!("touch '{}'; exit 7", marker.display());
+    let cmd: [&dyn AsRef<std::ffi::OsStr>; 3] = [&"/bin/sh", &"-c", &script];
+    // landlock: the command and PID 1 each mark their descriptors before they execute, and
+    // both fail; whichever reports first is named.
+    for (executor, stages) in [
+        (
+            "landlock",
+            &[
+                "sandbox setup failed at mark descriptors close-on-exec (close_range): \
+                 Operation not permitted",
+                "sandbox setup failed at PID 1: stdio to /dev/null, descriptors close-on-exec: \
+                 Operation not permitted",
+            ][..],
+        ),
+        (
+            "bubblewrap",
+            &["sandbox setup failed at spawn bwrap: Operation not permitted"][..],
+        ),
+    ] {
+        let out = w.sandbox(&wrapper, executor, &[], &cmd);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{executor}: {err}");
+        assert!(stages.iter().any(|s| err.contains(s)), "{executor}: {err}");
+        assert!(!marker.exists(), "{executor}: the command ran");
+        assert_runs_with_its_own_code(&w, &[], executor, &cmd, &marker);
     }
 }
 
@@ -351,14 +444,6 @@ fn a_project_folder_that_cannot_be_listed_stops_garuda() {
         );
         assert!(!marker.exists(), "{executor}: the command ran");
         // Negative control: listable, the same start runs the command.
-        let out = w.sandbox(wrapper, executor, &[], &cmd);
-        assert_eq!(
-            out.status.code(),
-            Some(7),
-            "{executor}: {}",
-            text(&out.stderr)
-        );
-        assert!(marker.exists(), "{executor}: the command did not run");
-        std::fs::remove_file(&marker).unwrap();
+        assert_runs_with_its_own_code(&w, wrapper, executor, &cmd, &marker);
     }
 }

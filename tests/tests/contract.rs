@@ -21,7 +21,7 @@
 mod util;
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -919,13 +919,10 @@ fn require_available(kind: ExecutorKind) -> bool {
         .split([',', ' '])
         .any(|name| name.trim() == kind.name())
     {
-        // Written to stderr directly, so the harness's capture of a passing test cannot hide
-        // it: CI fails on the line.
-        let _ = writeln!(
-            std::io::stderr(),
-            "NOT TESTED: the contract suite on {kind} ({}; GARUDA_CONTRACT_ALLOW_MISSING allows it)",
+        util::say_not_tested(&format!(
+            "the contract suite on {kind} ({}; GARUDA_CONTRACT_ALLOW_MISSING allows it)",
             probe.detail
-        );
+        ));
         return false;
     }
     panic!(

@@ -24,7 +24,6 @@
 mod util;
 
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::fs::FileExt;
 use std::process::{Command, Stdio};
 
 use garuda_supervisor::executor::ExecutorKind;
@@ -77,38 +76,29 @@ fn environ_holds(pid: u32, needle: &[u8]) -> Result<bool, std::io::Error> {
     Ok(env.windows(needle.len()).any(|w| w == needle))
 }
 
-/// Whether `needle` is in the memory `pid` made itself (writable or anonymous mappings, heap,
-/// stack); a file's read-only mapping holds the file, which cannot contain a value made up for
-/// this run.
+/// Whether `needle` is in the memory `pid` made itself (`garuda_tests::scan_memory`, shared
+/// with the probe); a scan that read nothing would prove nothing.
 fn memory_holds(pid: u32, needle: &[u8]) -> Result<bool, std::io::Error> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
-    let mut scanned = 0usize;
-    for line in maps.lines() {
-        let mut words = line.split_whitespace();
-        let (Some(range), Some(perms)) = (words.next(), words.next()) else {
-            continue;
-        };
-        let path = words.nth(3).unwrap_or("");
-        let ours = perms.contains('w') || path.is_empty() || path.starts_with('[');
-        if !perms.starts_with('r') || !ours || path.starts_with("[v") {
-            continue;
-        }
-        let (start, end) = range.split_once('-').unwrap();
-        let start = u64::from_str_radix(start, 16).unwrap();
-        let end = u64::from_str_radix(end, 16).unwrap();
-        let mut region = vec![0u8; (end - start) as usize];
-        if mem.read_exact_at(&mut region, start).is_err() {
-            continue;
-        }
-        scanned += region.len();
-        if region.windows(needle.len()).any(|w| w == needle) {
-            return Ok(true);
-        }
-    }
-    // A scan that read nothing would prove nothing.
-    assert!(scanned > 0, "nothing of {pid}'s memory could be read");
-    Ok(false)
+    let scan = garuda_tests::scan_memory(&pid.to_string(), needle)?;
+    assert!(scan.bytes > 0, "nothing of {pid}'s memory could be read");
+    Ok(scan.found)
+}
+
+/// The two checks of the canary in `who` (`pid`): in its environment and in its memory, each
+/// `want` (found or not); `(what, as expected)`.
+fn canary_checks(who: &str, pid: u32, needle: &[u8], want: bool) -> [(String, bool); 2] {
+    let env = environ_holds(pid, needle).map_err(|e| e.to_string());
+    let mem = memory_holds(pid, needle).map_err(|e| e.to_string());
+    [
+        (
+            format!("{who}'s environment: canary found {env:?}"),
+            env == Ok(want),
+        ),
+        (
+            format!("{who}'s memory: canary found {mem:?}"),
+            mem == Ok(want),
+        ),
+    ]
 }
 
 /// Run the probe in `kind` through the `garuda` binary and check PID 1 from inside and outside.
@@ -196,27 +186,13 @@ fn check(kind: ExecutorKind) {
             got == want,
         );
     }
-    let env = environ_holds(pid1, needle).map_err(|e| e.to_string());
-    expect(
-        format!("host view of PID 1's environment: canary found {env:?}"),
-        env == Ok(false),
-    );
-    let mem = memory_holds(pid1, needle).map_err(|e| e.to_string());
-    expect(
-        format!("host view of PID 1's memory: canary found {mem:?}"),
-        mem == Ok(false),
-    );
+    for (what, ok) in canary_checks("host view of PID 1", pid1, needle, false) {
+        expect(what, ok);
+    }
     // Controls: the supervisor itself holds the canary, and the scanner finds it there.
-    let env = environ_holds(garuda, needle).map_err(|e| e.to_string());
-    expect(
-        format!("control, garuda's environment: canary found {env:?}"),
-        env == Ok(true),
-    );
-    let mem = memory_holds(garuda, needle).map_err(|e| e.to_string());
-    expect(
-        format!("control, garuda's memory: canary found {mem:?}"),
-        mem == Ok(true),
-    );
+    for (what, ok) in canary_checks("control, garuda", garuda, needle, true) {
+        expect(what, ok);
+    }
     if kind == ExecutorKind::Landlock {
         // outer: PID 1's parent, the unhardened fork PID 1 was a copy of.
         let outer: u32 = status_field(pid1, "PPid").parse().unwrap();
@@ -238,16 +214,9 @@ fn check(kind: ExecutorKind) {
             };
             expect(format!("control, outer's {field} {got} (unhardened)"), ok);
         }
-        let env = environ_holds(outer, needle).map_err(|e| e.to_string());
-        expect(
-            format!("control, outer's environment: canary found {env:?}"),
-            env == Ok(true),
-        );
-        let mem = memory_holds(outer, needle).map_err(|e| e.to_string());
-        expect(
-            format!("control, outer's memory: canary found {mem:?}"),
-            mem == Ok(true),
-        );
+        for (what, ok) in canary_checks("control, outer", outer, needle, true) {
+            expect(what, ok);
+        }
     }
 
     // Let the probe finish.
@@ -351,4 +320,67 @@ fn the_canary_is_not_in_the_command_environment() {
         !env.contains(CANARY_VAR) && !env.contains("canary-value"),
         "{env}"
     );
+}
+
+/// `garuda` as PID 1 of a namespace of its own (`unshare`), started by a shell that first
+/// forks a child and then executes `garuda` under `argv0` with `args` (`CHILD` stands for
+/// that child's pid): the exit code and stdout. The child exits 3 once PID 1 runs `garuda`
+/// (before that, the shell could reap it itself).
+fn garuda_as_pid1(argv0: &str, args: &[&str]) -> (Option<i32>, String) {
+    let script = r#"a0=$1; g=$(readlink -f "$2"); shift 2
+(until [ "$(readlink /proc/1/exe)" = "$g" ]; do :; done; exit 3) & child=$!
+args=(); for a in "$@"; do [ "$a" = CHILD ] && a=$child; args+=("$a"); done
+exec -a "$a0" "$g" "${args[@]}""#;
+    let out = Command::new("unshare")
+        .args([
+            "--user",
+            "--map-root-user",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "bash",
+            "-c",
+            script,
+            "sh",
+            argv0,
+        ])
+        .arg(util::garuda_bin().unwrap())
+        .args(args)
+        .env_clear()
+        .env("PATH", util::SANDBOX_PATH)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The reaper hook (`sys::reaper_hook`, run before `main` in every process of the `garuda`
+/// binary) takes over only a PID 1 named `garuda-sandbox-init`, and that name is reserved: such
+/// a PID 1 never reaches `main`, whatever follows the name. Controls: a PID 1 named `garuda`
+/// runs `main` (`--version` prints the version; two numbers are a usage error, 2), and the
+/// reaper's exact command line (the child's pid, a report descriptor) reaps the child and
+/// exits with its code (3).
+#[test]
+fn the_reaper_name_is_reserved_for_pid_1() {
+    let (code, out) = garuda_as_pid1("garuda", &["--version"]);
+    assert!(
+        code == Some(0) && out.starts_with("garuda "),
+        "{code:?} {out:?}"
+    );
+    assert_eq!(garuda_as_pid1("garuda", &["CHILD", "1"]).0, Some(2));
+    assert_eq!(
+        garuda_as_pid1("garuda-sandbox-init", &["CHILD", "1"]),
+        (Some(3), String::new())
+    );
+    // Not the reaper's shape: refused before `main`, never run as the supervisor.
+    for args in [&["--version"][..], &["CHILD", "1", "--version"], &[]] {
+        assert_eq!(
+            garuda_as_pid1("garuda-sandbox-init", args),
+            (Some(125), String::new()),
+            "{args:?}"
+        );
+    }
 }

@@ -45,8 +45,8 @@ use garuda_supervisor::executor::select::executor_of;
 use garuda_supervisor::executor::{CommandSpec, ExecutorKind, ExitStatus, StdioMode};
 use util::{is_root, Fixture, PROBE};
 
-/// Names the `NOT TESTED` cases a run may accept (comma-separated); `seccomp-rules` here.
-const ALLOW_NOT_TESTED: &str = "GARUDA_ALLOW_NOT_TESTED";
+/// The name under which [`util::ALLOW_NOT_TESTED`] accepts this test's `NOT TESTED` cases.
+const NOT_TESTED_CASE: &str = "seccomp-rules";
 
 const SANDBOXES: [ExecutorKind; 2] = [ExecutorKind::Landlock, ExecutorKind::Bubblewrap];
 
@@ -515,13 +515,6 @@ fn has_cap(cap: u32) -> bool {
     u64::from_str_radix(hex, 16).unwrap() & (1 << cap) != 0
 }
 
-fn not_tested_allowed() -> bool {
-    std::env::var(ALLOW_NOT_TESTED)
-        .unwrap_or_default()
-        .split([',', ' '])
-        .any(|n| n.trim() == "seccomp-rules")
-}
-
 /// Run the probe on `kind` with `pre` (setup options) and every spec; the answers by spec.
 fn run_batch(
     kind: ExecutorKind,
@@ -700,13 +693,14 @@ fn every_seccomp_rule_is_enforced_live_with_its_control() {
         }
     }
     for line in &not_tested {
-        eprintln!("seccomp-rules: NOT TESTED: {line}");
+        util::say_not_tested(&format!("seccomp-rules: {line}"));
     }
-    if !not_tested.is_empty() && !not_tested_allowed() {
+    if !not_tested.is_empty() && !util::not_tested_allowed(NOT_TESTED_CASE) {
         failures.push(format!(
-            "{} control(s) NOT TESTED on this machine (set {ALLOW_NOT_TESTED}=seccomp-rules to \
-             accept that)",
-            not_tested.len()
+            "{} control(s) NOT TESTED on this machine (set {}={NOT_TESTED_CASE} to accept \
+             that)",
+            not_tested.len(),
+            util::ALLOW_NOT_TESTED
         ));
     }
     assert!(
@@ -743,8 +737,7 @@ fn a_foreign_architecture_call_kills_the_process() {
             host.status,
             host.stdout.text()
         );
-        eprintln!("seccomp-rules: NOT TESTED: {line}");
-        assert!(not_tested_allowed(), "{line}");
+        util::not_tested(NOT_TESTED_CASE, &format!("seccomp-rules: {line}"));
         return;
     }
     for kind in SANDBOXES {

@@ -459,7 +459,7 @@ fn cap_last_cap() -> u32 {
 }
 
 fn stage_name(code: u32, mount_names: &[String]) -> String {
-    const NAMES: [(Stage, &str); 27] = [
+    const NAMES: [(Stage, &str); 28] = [
         (
             Stage::LandlockRule,
             "landlock_add_rule for the private /tmp or /dev",
@@ -494,11 +494,18 @@ fn stage_name(code: u32, mount_names: &[String]) -> String {
             Stage::Pid1Sync,
             "PID 1: the pipe that holds the command back",
         ),
-        (Stage::Pid1Stdio, "PID 1: stdio to /dev/null"),
+        (
+            Stage::Pid1Stdio,
+            "PID 1: stdio to /dev/null, descriptors close-on-exec",
+        ),
         (Stage::Pid1NoNewPrivs, "PID 1: PR_SET_NO_NEW_PRIVS"),
         (Stage::Pid1DropCaps, "PID 1: drop capabilities"),
         (Stage::Pid1Seccomp, "PID 1: install seccomp filter"),
         (Stage::Pid1Exec, "PID 1: execute the reaper"),
+        (
+            Stage::CloseOnExec,
+            "mark descriptors close-on-exec (close_range)",
+        ),
     ];
     if code >= Stage::MountBase as u32 {
         let i = (code - Stage::MountBase as u32) as usize;

@@ -247,24 +247,6 @@ fn unix_connect(path: &CString) -> String {
     line
 }
 
-/// `NoNewPrivs=… CapEff=… Seccomp=…` from `/proc/self/status`.
-fn status() -> Result<String, String> {
-    let text = std::fs::read_to_string("/proc/self/status")
-        .map_err(|e| format!("reading /proc/self/status: {e}"))?;
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map_or("missing", str::trim)
-            .to_string()
-    };
-    Ok(format!(
-        "NoNewPrivs={} CapEff={} Seccomp={}",
-        field("NoNewPrivs"),
-        field("CapEff"),
-        field("Seccomp")
-    ))
-}
-
 fn procs() -> Result<String, String> {
     let entries = std::fs::read_dir("/proc").map_err(|e| format!("listing /proc: {e}"))?;
     let count = entries
@@ -522,9 +504,10 @@ fn syscalls(args: &[OsString]) -> Result<String, String> {
 /// kills the process; on the host it answers `ok` (or `ENOSYS` without IA-32 emulation).
 #[cfg(target_arch = "x86_64")]
 fn i386_getpid() -> String {
-    let mut eax: i64 = 20; // __NR_getpid on i386
-                           // SAFETY: `int 0x80` with eax = getpid reads no memory; the registers the compat entry
-                           // may clobber are declared.
+    // __NR_getpid on i386.
+    let mut eax: i64 = 20;
+    // SAFETY: `int 0x80` with eax = getpid reads no memory (the switch to the kernel stack
+    // leaves this stack alone); the registers the compat entry may clobber are declared.
     unsafe {
         std::arch::asm!(
             "int 0x80",
@@ -566,43 +549,6 @@ fn io_errno(e: &std::io::Error) -> String {
         "errno={}",
         errno_name(e.raw_os_error().unwrap_or(libc::EIO))
     )
-}
-
-/// Whether `needle` occurs in the memory of `pid` that the process itself made: writable
-/// mappings, anonymous ones, the heap and the stack (a file's read-only mapping holds the
-/// file, which cannot contain a value made up for one run). `Err` is the errno of opening
-/// `/proc/PID/maps` or `/proc/PID/mem`.
-fn memory_holds(pid: &str, needle: &[u8]) -> Result<bool, String> {
-    use std::os::unix::fs::FileExt;
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| io_errno(&e))?;
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| io_errno(&e))?;
-    for line in maps.lines() {
-        let mut words = line.split_whitespace();
-        let (Some(range), Some(perms)) = (words.next(), words.next()) else {
-            continue;
-        };
-        let path = words.nth(3).unwrap_or("");
-        let ours = perms.contains('w') || path.is_empty() || path.starts_with('[');
-        if !perms.starts_with('r') || !ours || path.starts_with("[v") {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
-        else {
-            continue;
-        };
-        let mut region = vec![0u8; usize::try_from(end - start).unwrap_or(0)];
-        // A region that went away or cannot be read holds nothing we can see.
-        if mem.read_exact_at(&mut region, start).is_err() {
-            continue;
-        }
-        if region.windows(needle.len()).any(|w| w == needle) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// `pid1 HEX [--wait]`: PID 1's credentials, whether its environment and memory can be read
@@ -650,10 +596,12 @@ fn pid1(canary_hex: &OsString, wait: bool) -> Result<String, String> {
             Err(e) => io_errno(&e),
         };
         lines.push(format!("environ-{what} {environ}"));
-        let mem = match memory_holds(pid, needle) {
-            Ok(true) => "ok canary=present".to_string(),
-            Ok(false) => "ok canary=absent".to_string(),
-            Err(e) => e,
+        let mem = match garuda_tests::scan_memory(pid, needle) {
+            Ok(scan) if scan.found => "ok canary=present".to_string(),
+            // "absent" only after something was read: an empty scan proves nothing.
+            Ok(scan) if scan.bytes > 0 => "ok canary=absent".to_string(),
+            Ok(_) => "ok nothing-readable".to_string(),
+            Err(e) => io_errno(&e),
         };
         lines.push(format!("mem-{what} {mem}"));
     }
@@ -715,6 +663,7 @@ const USAGE: &str = "usage: garuda-probe SUBCOMMAND [ARGS]
   fsopen | open-tree | mount-setattr | move-mount
   status | procs | env | forkbomb N | spam BYTES
   syscall [--userns] [--filter FILE] NR[,ARG...]...   (ARG: integer, 0x hex, or buf)
+  exec-filtered FILE PROG [ARG...]   (PROG under the seccomp program in FILE)
   i386-getpid (x86-64)          pid1 HEX [--wait]";
 
 /// Run one subcommand; `Ok(Some(line))` is printed, `Err` is bad usage.
@@ -1000,8 +949,9 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
             })
         }
         "status" => {
+            // `NoNewPrivs=… CapEff=… Seccomp=…`
             expect_args(0)?;
-            status()?
+            status_of("self", &["NoNewPrivs", "CapEff", "Seccomp"])?
         }
         "procs" => {
             expect_args(0)?;
@@ -1015,6 +965,18 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
                 .join("\n")
         }
         "syscall" => syscalls(rest)?,
+        // Run PROG under a seccomp program of the test's (a stand-in for a container runtime's
+        // profile); prints a line only when the program cannot be installed or PROG executed.
+        "exec-filtered" => {
+            let (file, prog) = (arg(0)?, arg(1)?);
+            match install_filter(file)? {
+                installed if installed != "ok" => installed,
+                _ => {
+                    use std::os::unix::process::CommandExt;
+                    io_errno(&std::process::Command::new(prog).args(&rest[2..]).exec())
+                }
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         "i386-getpid" => {
             expect_args(0)?;
