@@ -1392,7 +1392,7 @@ fn a_staged_change_under_any_git_path_is_never_applied() {
 
 #[test]
 fn a_staged_change_under_garuda_needs_its_own_question() {
-    let rows: [(&str, &str, &str); 6] = [
+    let rows: [(&str, &str, &str); 10] = [
         (
             "settings rewritten",
             "echo '{\"x\": 1}' > .garuda/settings.json",
@@ -1422,6 +1422,28 @@ fn a_staged_change_under_garuda_needs_its_own_question() {
             "nested settings",
             "mkdir -p sub2/.garuda && echo '{}' > sub2/.garuda/settings.json",
             "sub2/.garuda/settings.json",
+        ),
+        // The same folder on a case-insensitive or casefolded filesystem.
+        (
+            "case variant",
+            "mkdir -p .GARUDA && echo '{}' > .GARUDA/settings.json",
+            ".GARUDA/settings.json",
+        ),
+        // vfat drops a trailing dot: the same folder there.
+        (
+            "trailing dot",
+            "mkdir -p .garuda. && echo '{}' > .garuda./settings.json",
+            ".garuda./settings.json",
+        ),
+        (
+            "folder renamed to .garuda",
+            "rm -rf .garuda && mv lookalike .garuda",
+            ".garuda/.gitx/config",
+        ),
+        (
+            "nested link named .garuda",
+            "mkdir -p sub2 && ln -s .. sub2/.garuda",
+            "sub2/.garuda",
         ),
     ];
     for backend in backends() {
