@@ -954,7 +954,6 @@ fn dead_sessions_are_removed_even_with_a_mode_000_work_folder() {
 
 // ---- crash safety --------------------------------------------------------------------------
 
-/// Writes a journal by hand for a dead session, as a crash would leave it.
 /// The folder of a session whose process has ended (recovery handles it).
 fn dead_session(env: &Env) -> PathBuf {
     let dead = env
@@ -966,6 +965,7 @@ fn dead_session(env: &Env) -> PathBuf {
     dead
 }
 
+/// Writes a journal by hand for a dead session, as a crash would leave it.
 fn hand_journal(env: &Env, name: &str, with_commit: bool) -> PathBuf {
     let p = env.p();
     let dead = dead_session(env);
