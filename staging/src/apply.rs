@@ -754,6 +754,11 @@ fn roll_back(steps: &Steps, beneath: &mut Beneath) -> usize {
     removed
 }
 
+/// True when the file holds JSON of any shape (a journal cut short by a crash does not).
+fn is_json(path: &Path) -> bool {
+    fs::read(path).is_ok_and(|t| serde_json::from_slice::<serde::de::IgnoredAny>(&t).is_ok())
+}
+
 fn read_journal(path: &Path) -> Result<Steps> {
     let text = fs::read(path).map_err(io_err("read the apply journal", path))?;
     let bad = |reason: String| StagingError::Journal {
@@ -866,8 +871,10 @@ pub(crate) fn finish_journal(dir: &Path) -> Result<Option<Recovered>> {
         }));
     }
     if lstat(&pending).map_err(io_err("read", &pending))?.is_some() {
-        // The pending journal is synced before any temporary file is made, so one that does
-        // not parse was torn before anything else happened.
+        // The pending journal is synced before any temporary file is made, so one that is not
+        // JSON at all was torn before anything else happened. One that is JSON but not a
+        // journal this Garuda reads (another format version, a path outside its project) is
+        // kept, like a committed one: it may name temporary files a person should remove.
         let (project, files) = match read_journal(&pending) {
             Ok(steps) => {
                 let n = match Beneath::open(&steps.project) {
@@ -877,7 +884,7 @@ pub(crate) fn finish_journal(dir: &Path) -> Result<Option<Recovered>> {
                 };
                 (Some(steps.project), n)
             }
-            Err(StagingError::Journal { .. }) => (None, 0),
+            Err(StagingError::Journal { .. }) if !is_json(&pending) => (None, 0),
             Err(e) => return Err(e),
         };
         fs::remove_file(&pending).map_err(io_err("remove the apply journal", &pending))?;

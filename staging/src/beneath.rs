@@ -37,6 +37,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -53,13 +54,33 @@ const DIR_FLAGS: OFlags = OFlags::RDONLY
 /// Descriptors kept back for everything else the process does while many folders are pinned.
 const FD_RESERVE: u64 = 256;
 
+/// The open-file limit is one for every thread of the process. It is raised for the
+/// [`Beneath`]s that reserved room and restored when the last of them is dropped, so one
+/// finishing never lowers it under another still at work (its next `openat` would fail).
+struct RaisedNofile {
+    /// [`Beneath`]s that called [`Beneath::reserve`] and are not dropped yet.
+    holders: usize,
+    /// The limit before the first raise among them.
+    saved: Option<rustix::process::Rlimit>,
+}
+
+static RAISED_NOFILE: Mutex<RaisedNofile> = Mutex::new(RaisedNofile {
+    holders: 0,
+    saved: None,
+});
+
+fn raised_nofile() -> MutexGuard<'static, RaisedNofile> {
+    // A panic while the lock was held leaves plain numbers, still right.
+    RAISED_NOFILE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// The project root held open, and the folders pinned under it.
 pub(crate) struct Beneath {
     root_path: PathBuf,
     root: Rc<OwnedFd>,
     pinned: HashMap<String, Rc<OwnedFd>>,
-    /// The soft open-file limit before [`Beneath::reserve`] raised it, restored on drop.
-    saved_nofile: Option<rustix::process::Rlimit>,
+    /// Counted among [`RaisedNofile::holders`] (after [`Beneath::reserve`]).
+    holds_nofile: bool,
 }
 
 /// Why a walk stopped.
@@ -91,7 +112,7 @@ impl Beneath {
             root_path: project.to_path_buf(),
             root: Rc::new(root),
             pinned: HashMap::new(),
-            saved_nofile: None,
+            holds_nofile: false,
         })
     }
 
@@ -106,11 +127,17 @@ impl Beneath {
     }
 
     /// Makes room for `folders` more pinned descriptors: raises the soft open-file limit
-    /// towards the hard one when needed (restored when `self` is dropped). A change spread
-    /// over more folders than the hard limit allows is refused before anything is written.
+    /// towards the hard one when needed (restored when the last `Beneath` that reserved room
+    /// is dropped, see [`RaisedNofile`]). A change spread over more folders than the hard
+    /// limit allows is refused before anything is written.
     pub(crate) fn reserve(&mut self, folders: usize) -> Result<()> {
         use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
         let need = (folders as u64).saturating_add(FD_RESERVE);
+        let mut raised = raised_nofile();
+        if !self.holds_nofile {
+            raised.holders += 1;
+            self.holds_nofile = true;
+        }
         let now = getrlimit(Resource::Nofile);
         let Some(soft) = now.current else {
             return Ok(());
@@ -136,8 +163,8 @@ impl Beneath {
             },
         )
         .map_err(|e| io_err("raise the open-file limit", &self.root_path)(e.into()))?;
-        if self.saved_nofile.is_none() {
-            self.saved_nofile = Some(now);
+        if raised.saved.is_none() {
+            raised.saved = Some(now);
         }
         Ok(())
     }
@@ -326,9 +353,17 @@ impl Beneath {
 
 impl Drop for Beneath {
     fn drop(&mut self) {
-        if let Some(old) = self.saved_nofile.take() {
-            // Best effort: the descriptors still open stay valid under a lower limit.
-            let _ = rustix::process::setrlimit(rustix::process::Resource::Nofile, old);
+        if !self.holds_nofile {
+            return;
+        }
+        let mut raised = raised_nofile();
+        raised.holders = raised.holders.saturating_sub(1);
+        if raised.holders == 0 {
+            if let Some(old) = raised.saved.take() {
+                // Best effort: a limit left raised only lets this process (and what it
+                // starts) open more files; the descriptors still open stay valid either way.
+                let _ = rustix::process::setrlimit(rustix::process::Resource::Nofile, old);
+            }
         }
     }
 }
@@ -634,6 +669,50 @@ mod tests {
         let fresh = Beneath::open(&project).unwrap();
         let (_, at, found) = refusal(fresh.dir("real", "real/f").unwrap_err());
         assert_eq!((at.as_str(), found), ("real", FoundKind::Link));
+    }
+
+    #[test]
+    fn the_open_file_limit_stays_raised_until_the_last_holder_is_dropped() {
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        /// Puts the test process's limit back, also when an assertion fails.
+        struct Restore(Rlimit);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let _ = setrlimit(Resource::Nofile, self.0);
+            }
+        }
+        let soft = || getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+        let (_t, project, _) = world();
+        let start = getrlimit(Resource::Nofile);
+        assert!(
+            start.maximum.unwrap_or(u64::MAX) >= 556,
+            "NOT TESTED: the hard open-file limit {:?} is below 556",
+            start.maximum
+        );
+        let _restore = Restore(start);
+        // From a low soft limit (any hard limit allows lowering it): 400, raised to 556 for
+        // the first holder's 300 folders; the second's 250 (506) fit in that.
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(400),
+                maximum: start.maximum,
+            },
+        )
+        .unwrap();
+        let mut first = Beneath::open(&project).unwrap();
+        let mut second = Beneath::open(&project).unwrap();
+        first.reserve(300).unwrap();
+        assert_eq!(soft(), 556);
+        second.reserve(250).unwrap();
+        assert_eq!(soft(), 556);
+        drop(first);
+        // Restored by the first holder alone, the limit (400) would be under the second's
+        // need while it works.
+        assert_eq!(soft(), 556, "lowered under a holder at work");
+        drop(second);
+        // The last holder gone, the limit is the one before the first raise.
+        assert_eq!(soft(), 400);
     }
 
     #[test]

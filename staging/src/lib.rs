@@ -71,8 +71,9 @@
 //! - **Sensitive** files (see [`is_sensitive_name`]: `.env*`, keys, `.npmrc`, `.netrc`, …) that
 //!   changed are named in [`ChangeSet::sensitive`], ignored or not.
 //! - **Garuda's settings**: a shown change under a `.garuda` folder (or a `.garuda` file or
-//!   link), see [`is_garuda_settings_path`] and [`ChangeSet::garuda_settings`], is marked in the
-//!   list and never applied by [`Session::apply`]; only
+//!   link) at any depth, by any name a filesystem may open `.garuda` by (`.GARUDA` on a
+//!   case-insensitive one), see [`is_garuda_settings_path`] and [`ChangeSet::garuda_settings`],
+//!   is marked in the list and never applied by [`Session::apply`]; only
 //!   [`Session::apply_with_garuda_settings`], called after a question of its own, applies it.
 //! - Past [`ENTRY_LIMIT`] walked entries, an unreadable file, a failed walk or a non-UTF-8 name
 //!   makes the list **incomplete** ([`ChangeSet::incomplete`]): only discard is possible.

@@ -218,12 +218,36 @@ pub(crate) fn in_git_dir(rel: &str) -> bool {
     rel.split('/').any(|c| c == ".git")
 }
 
-/// True for a path in (or being) a `.garuda` folder or file at any depth: Garuda's project
-/// settings (and, once the agent has them, hooks and commands that run later). Such a change
-/// is shown, and applied only after a question of its own ([`crate::Session::apply`] refuses
-/// it; [`crate::Session::apply_with_garuda_settings`] is the explicit opt-in).
+/// True for a path in (or being) a `.garuda` folder, file or link at any depth: Garuda's
+/// project settings (and, once the agent has them, hooks and commands that run later). A
+/// nested one counts too: it is the settings of a run with that folder as the project. Such a
+/// change is shown, and applied only after a question of its own ([`crate::Session::apply`]
+/// refuses it; [`crate::Session::apply_with_garuda_settings`] is the explicit opt-in).
+///
+/// A component counts when some filesystem a project can live on may open `.garuda` by it
+/// (case, invisible characters, trailing dots and spaces, a vfat short name), so `.GARUDA/settings.json` on a case-insensitive folder is no
+/// way around the question.
 pub fn is_garuda_settings_path(rel: &str) -> bool {
-    rel.split('/').any(|c| c == ".garuda")
+    rel.split('/').any(names_garuda_settings)
+}
+
+/// True when `name` may name `.garuda` itself on some filesystem: ASCII case ignored (vfat,
+/// exFAT, NTFS, ext4 and f2fs folders with casefolding), invisible characters ignored (older
+/// kernels' casefolded lookups skip the default-ignorable ones, so `.gar<U+200D>uda` opened
+/// `.garuda`), trailing dots and spaces ignored (vfat and NTFS drop them), and vfat's short
+/// name for it (`GARUDA~1`). A false match only asks one question more.
+fn names_garuda_settings(name: &str) -> bool {
+    let seen: String = name
+        .chars()
+        .filter(|c| !garuda_text::is_hidden(*c))
+        .collect();
+    let name = seen.trim_end_matches(['.', ' ']);
+    let short_name = name
+        .get(..7)
+        .is_some_and(|stem| stem.eq_ignore_ascii_case("garuda~"))
+        && name.len() > 7
+        && name.bytes().skip(7).all(|b| b.is_ascii_digit());
+    name.eq_ignore_ascii_case(".garuda") || short_name
 }
 
 fn sha256_repo(config: &str) -> bool {
@@ -348,5 +372,39 @@ mod tests {
         assert!(r.is_ignored("a.log", false).is_err());
         // Not matched by a rule: the index is not needed.
         assert_eq!(r.is_ignored("a.rs", false), Ok(false));
+    }
+
+    #[test]
+    fn every_name_that_can_open_garuda_settings_is_marked() {
+        // Each of these reaches `.garuda` on some filesystem (case-insensitive, casefolded,
+        // trailing dots dropped, a vfat short name), at the top or nested.
+        for rel in [
+            ".garuda",
+            ".garuda/settings.json",
+            "sub/.garuda/settings.json",
+            ".GARUDA/settings.json",
+            "a/.Garuda",
+            ".gar\u{200d}uda/settings.json",
+            "\u{feff}.garuda",
+            ".garuda./settings.json",
+            ".garuda . /x",
+            "GARUDA~1/settings.json",
+            "sub/garuda~12",
+        ] {
+            assert!(is_garuda_settings_path(rel), "{rel:?} is not marked");
+        }
+        // Negative control: names that open another folder on every filesystem.
+        for rel in [
+            "garuda/settings.json",
+            ".garudax/settings.json",
+            ".garuda-old/settings.json",
+            "x.garuda",
+            ".gar uda",
+            "garuda~",
+            "garuda~1a",
+            "src/garuda.rs",
+        ] {
+            assert!(!is_garuda_settings_path(rel), "{rel:?} is marked");
+        }
     }
 }

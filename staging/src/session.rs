@@ -444,22 +444,16 @@ fn first_file(project: &Path) -> Option<fs::File> {
     let beneath = Beneath::open(project).ok()?;
     let mut seen = 0;
     let mut found = None;
-    let _ = beneath.walk_tree("", |_, m, parent, name| {
+    let _ = beneath.walk_tree("", |rel, m, parent, name| {
         seen += 1;
         if seen > 1000 {
             return Ok(Walk::Stop);
         }
         if m.file_type().is_file() && m.len() > 0 {
-            let flags = rustix::fs::OFlags::RDONLY
-                | rustix::fs::OFlags::NOFOLLOW
-                | rustix::fs::OFlags::NONBLOCK
-                | rustix::fs::OFlags::CLOEXEC;
-            if let Ok(fd) = rustix::fs::openat(parent, name, flags, rustix::fs::Mode::empty()) {
-                let f = fs::File::from(fd);
-                if f.metadata().is_ok_and(|m| m.is_file()) {
-                    found = Some(f);
-                    return Ok(Walk::Stop);
-                }
+            let rel = rel.to_string_lossy();
+            if let Ok(Source::File(f, _)) = source_in(parent, name, &rel, project) {
+                found = Some(f);
+                return Ok(Walk::Stop);
             }
         }
         Ok(Walk::Descend)

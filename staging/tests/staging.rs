@@ -954,15 +954,21 @@ fn dead_sessions_are_removed_even_with_a_mode_000_work_folder() {
 
 // ---- crash safety --------------------------------------------------------------------------
 
-/// Writes a journal by hand for a dead session, as a crash would leave it.
-fn hand_journal(env: &Env, name: &str, with_commit: bool) -> PathBuf {
-    let p = env.p();
+/// The folder of a session whose process has ended (recovery handles it).
+fn dead_session(env: &Env) -> PathBuf {
     let dead = env
         .home
         .path()
         .join("staging")
         .join(format!("{}-0123456789abcdef", dead_pid()));
     fs::create_dir_all(&dead).unwrap();
+    dead
+}
+
+/// Writes a journal by hand for a dead session, as a crash would leave it.
+fn hand_journal(env: &Env, name: &str, with_commit: bool) -> PathBuf {
+    let p = env.p();
+    let dead = dead_session(env);
     let temp_a = p.join(".a.txt.garuda-apply-x");
     fs::write(&temp_a, "new a\n").unwrap();
     let temp_n = p.join("sub/.n.txt.garuda-apply-x");
@@ -1029,12 +1035,7 @@ fn a_pending_journal_is_rolled_back() {
 #[test]
 fn a_journal_pointing_outside_its_project_is_refused() {
     let env = Env::new();
-    let dead = env
-        .home
-        .path()
-        .join("staging")
-        .join(format!("{}-0123456789abcdef", dead_pid()));
-    fs::create_dir_all(&dead).unwrap();
+    let dead = dead_session(&env);
     let victim = env.home.path().join("victim");
     fs::write(&victim, "keep").unwrap();
     let journal = serde_json::json!({
@@ -1063,12 +1064,7 @@ fn a_journal_pointing_outside_its_project_is_refused() {
 /// file of the same name.
 fn journal_through_a_link(env: &Env) -> (PathBuf, PathBuf) {
     let p = env.p();
-    let dead = env
-        .home
-        .path()
-        .join("staging")
-        .join(format!("{}-0123456789abcdef", dead_pid()));
-    fs::create_dir_all(&dead).unwrap();
+    let dead = dead_session(env);
     fs::create_dir_all(p.join("sub")).unwrap();
     fs::write(p.join("sub/victim.txt"), "inside\n").unwrap();
     fs::write(p.join("sub/.n.txt.garuda-apply-x"), "new n\n").unwrap();
@@ -1159,14 +1155,28 @@ fn path_based_recovery_steps_through_the_same_link_do_reach_outside() {
     );
 }
 
+/// [`hand_journal`]'s journal file, changed by `edit`.
+fn edited_journal(
+    env: &Env,
+    with_commit: bool,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> PathBuf {
+    let dead = hand_journal(env, "", with_commit);
+    let file = dead.join(if with_commit {
+        JOURNAL_COMMIT
+    } else {
+        JOURNAL_PENDING
+    });
+    let mut j: serde_json::Value = serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
+    edit(&mut j);
+    fs::write(&file, serde_json::to_vec(&j).unwrap()).unwrap();
+    file
+}
+
 #[test]
 fn a_journal_of_another_format_version_is_refused_and_kept() {
     let env = Env::new();
-    let dead = hand_journal(&env, "commit", true);
-    let file = dead.join(JOURNAL_COMMIT);
-    let mut j: serde_json::Value = serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
-    j["version"] = serde_json::json!(2);
-    fs::write(&file, serde_json::to_vec(&j).unwrap()).unwrap();
+    let file = edited_journal(&env, true, |j| j["version"] = serde_json::json!(2));
     let before = snapshot(&env.p());
     let err = recover(env.home.path()).unwrap_err();
     assert!(matches!(err, StagingError::Journal { .. }), "{err}");
@@ -1184,11 +1194,10 @@ fn a_journal_renaming_across_folders_is_refused() {
     // Every rename stays in one held folder: a temporary file elsewhere is not a journal this
     // Garuda wrote.
     let env = Env::new();
-    let dead = hand_journal(&env, "commit", true);
-    let file = dead.join(JOURNAL_COMMIT);
-    let mut j: serde_json::Value = serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
-    j["entries"][0]["temp"] = serde_json::json!(env.p().join("sub/.a.txt.garuda-apply-x"));
-    fs::write(&file, serde_json::to_vec(&j).unwrap()).unwrap();
+    let other_folder = env.p().join("sub/.a.txt.garuda-apply-x");
+    let file = edited_journal(&env, true, |j| {
+        j["entries"][0]["temp"] = serde_json::json!(other_folder)
+    });
     let err = recover(env.home.path()).unwrap_err();
     assert!(
         err.to_string()
@@ -1196,6 +1205,54 @@ fn a_journal_renaming_across_folders_is_refused() {
         "{err}"
     );
     assert!(file.exists());
+}
+
+#[test]
+fn a_pending_journal_this_garuda_does_not_read_is_kept() {
+    // Not torn (it is JSON): another format version, or a path outside its project. Its
+    // temporary files are not guessed at; the journal stays for a person, and every start
+    // says so.
+    for (what, edit) in [
+        (
+            "version",
+            Box::new(|j: &mut serde_json::Value| j["version"] = serde_json::json!(2))
+                as Box<dyn FnOnce(&mut serde_json::Value)>,
+        ),
+        (
+            "outside",
+            Box::new(|j: &mut serde_json::Value| {
+                j["created_dirs"] = serde_json::json!(["/elsewhere"])
+            }),
+        ),
+    ] {
+        let env = Env::new();
+        let file = edited_journal(&env, false, edit);
+        let before = snapshot(&env.p());
+        let err = recover(env.home.path()).unwrap_err();
+        assert!(
+            matches!(&err, StagingError::Journal { path, .. } if *path == file),
+            "{what}: {err}"
+        );
+        assert!(err.to_string().contains("it was left in place"), "{err}");
+        assert!(file.exists(), "{what}: the journal stays");
+        assert_eq!(snapshot(&env.p()), before, "{what}: nothing removed");
+    }
+}
+
+#[test]
+fn a_torn_pending_journal_is_removed() {
+    // Control of the test above: a pending journal cut short by a crash (not JSON) was torn
+    // before any temporary file existed, so it goes, and the dead session with it.
+    let env = Env::new();
+    let dead = dead_session(&env);
+    let file = dead.join(JOURNAL_PENDING);
+    fs::write(&file, b"{\n  \"version\": 1,\n  \"project\": \"/p").unwrap();
+    let before = snapshot(&env.p());
+    let r = recover(env.home.path()).unwrap();
+    assert_eq!(r[0].action, RecoveryAction::RolledBack);
+    assert_eq!((r[0].project.as_deref(), r[0].files), (None, 0));
+    assert!(!dead.exists());
+    assert_eq!(snapshot(&env.p()), before);
 }
 
 const CHILD_HOME: &str = "GARUDA_STAGING_TEST_HOME";
@@ -1392,7 +1449,7 @@ fn a_staged_change_under_any_git_path_is_never_applied() {
 
 #[test]
 fn a_staged_change_under_garuda_needs_its_own_question() {
-    let rows: [(&str, &str, &str); 6] = [
+    let rows: [(&str, &str, &str); 10] = [
         (
             "settings rewritten",
             "echo '{\"x\": 1}' > .garuda/settings.json",
@@ -1422,6 +1479,28 @@ fn a_staged_change_under_garuda_needs_its_own_question() {
             "nested settings",
             "mkdir -p sub2/.garuda && echo '{}' > sub2/.garuda/settings.json",
             "sub2/.garuda/settings.json",
+        ),
+        // The same folder on a case-insensitive or casefolded filesystem.
+        (
+            "case variant",
+            "mkdir -p .GARUDA && echo '{}' > .GARUDA/settings.json",
+            ".GARUDA/settings.json",
+        ),
+        // vfat drops a trailing dot: the same folder there.
+        (
+            "trailing dot",
+            "mkdir -p .garuda. && echo '{}' > .garuda./settings.json",
+            ".garuda./settings.json",
+        ),
+        (
+            "folder renamed to .garuda",
+            "rm -rf .garuda && mv lookalike .garuda",
+            ".garuda/.gitx/config",
+        ),
+        (
+            "nested link named .garuda",
+            "mkdir -p sub2 && ln -s .. sub2/.garuda",
+            "sub2/.garuda",
         ),
     ];
     for backend in backends() {

@@ -18,10 +18,12 @@
 //!   control: `cp -a` (which the initial copy used to be) racing the same swapper does copy
 //!   it.
 //!
-//! Then `OUTSIDE` must still be empty, and the swapper must have made at least [`MIN_SWAPS`]
-//! swaps. **Negative control**, in the same test against the same running swapper: a
-//! path-based writer (check `d` by name, then `fs::write(project.join("d/…"))`, the way apply
-//! used to resolve paths) does write into `OUTSIDE` within [`NEGATIVE_ATTEMPTS`] tries.
+//! Each of the three (CLI, library, copies) races a swapper of its own, stopped when it ends,
+//! so each swapper's count is the swaps made against that one: at least [`MIN_SWAPS`] each.
+//! Then `OUTSIDE` must still be empty. **Negative controls**, in the same test against the
+//! same swapper program (started again): a path-based writer (check `d` by name, then
+//! `fs::write(project.join("d/…"))`, the way apply used to resolve paths) does write into
+//! `OUTSIDE` within [`NEGATIVE_ATTEMPTS`] tries, and `cp -a` copies the outside file.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a failed test
 
 #[allow(dead_code)] // the contract suite's helpers; this test uses the binaries' paths
@@ -41,15 +43,19 @@ const APPLIES: usize = 150;
 /// CLI applies per executor.
 const CLI_RUNS: usize = 6;
 /// Copy-backend sessions per executor that must get through (initial copy and a sync) while
-/// the swapper runs; most are refused for meeting the link, so up to [`COPY_SESSIONS_MAX`]
-/// are made.
+/// the swapper runs. Most initial copies are refused for meeting the link (each walks `d` and
+/// `d.link` three times: the reflink probe, the size count, the copy), so up to
+/// [`COPY_SESSIONS_MAX`] are made, stopping once enough got through; the sync of one that did
+/// is tried up to [`SYNC_TRIES`] times.
 const MIN_COPIED: usize = 3;
-const COPY_SESSIONS_MAX: usize = 300;
+const COPY_SESSIONS_MAX: usize = 2_000;
+const SYNC_TRIES: usize = 50;
 /// Bound of the copy negative control's `cp -a` runs.
 const CP_ATTEMPTS: usize = 1_500;
 /// Content of the file in the outside folder that no copy may ever hold.
 const SECRET: &str = "SECRET outside the project\n";
-/// Swaps the swapper must have made against the applies of one executor.
+/// Swaps each swapper must have made against what it raced (the CLI applies, the library
+/// applies, the copies), per executor.
 const MIN_SWAPS: u64 = 5_000;
 /// Bound of the negative control's tries.
 const NEGATIVE_ATTEMPTS: usize = 2_000;
@@ -179,7 +185,28 @@ impl Swapper {
     fn finish(&mut self) -> Output {
         let _ = fs::write(&self.stop, "");
         let child = self.child.take().expect("the swapper runs");
-        child.wait_with_output().unwrap()
+        let out = child.wait_with_output().unwrap();
+        let _ = fs::remove_file(&self.stop);
+        out
+    }
+
+    /// [`Swapper::finish`], then the number of swaps it made, checking that it ran the whole
+    /// time and ended with `d` the real folder.
+    fn swaps(mut self, w: &World, executor: &str) -> u64 {
+        let out = self.finish();
+        let stdout = text(&out.stdout);
+        let swaps = stdout
+            .trim()
+            .strip_prefix("swaps=")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "{executor}: the swapper failed: {stdout}\n{}",
+                    text(&out.stderr)
+                )
+            });
+        assert!(fs::symlink_metadata(w.d()).unwrap().is_dir());
+        swaps
     }
 }
 
@@ -380,7 +407,7 @@ fn holds_secret(root: &Path) -> bool {
 struct Copies {
     /// Sessions whose copy and syncs went through.
     copied: usize,
-    /// Initial copies or syncs refused for a link or a kind change met on the way.
+    /// Initial copies and syncs refused for a link or a kind change met on the way.
     refused: usize,
 }
 
@@ -411,25 +438,22 @@ fn copy_sessions(w: &World, executor: &str) -> Copies {
             !holds_secret(&copy),
             "{executor}: copy session {i}: the initial copy holds the outside secret"
         );
-        let mut ok = true;
-        for _ in 0..1 {
+        // A sync racing the swapper, tried again while it is refused; each is checked.
+        let mut synced = false;
+        for _ in 0..SYNC_TRIES {
             match s.prepare() {
-                Ok(_) => {}
-                Err(StagingError::UnsafeProjectPath { .. }) => {
-                    ok = false;
-                    break;
-                }
+                Ok(_) => synced = true,
+                Err(StagingError::UnsafeProjectPath { .. }) => copies.refused += 1,
                 Err(e) => panic!("{executor}: copy session {i}: sync: {e}"),
             }
             assert!(
                 !holds_secret(&copy),
                 "{executor}: copy session {i}: a sync copied the outside secret"
             );
-        }
-        if ok {
-            copies.copied += 1;
-        } else {
-            copies.refused += 1;
+            if synced {
+                copies.copied += 1;
+                break;
+            }
         }
         s.close().unwrap();
     }
@@ -438,21 +462,24 @@ fn copy_sessions(w: &World, executor: &str) -> Copies {
 
 fn race(executor: &str) {
     let w = World::new(executor);
-    let mut swapper = Swapper::start(&w, executor);
 
     // Through the CLI, on the overlay backend: the project is the live lower layer, so the
     // command writes `d/...` while `d` is being swapped, and the apply races the swapper.
     // (First, while `d` holds no folder: the supervisor's own policy walk lists the project
     // by name, and a folder of `d` that vanishes under it stops the run before the command.)
     // The copy backend's copies are raced below.
+    let swapper = Swapper::start(&w, executor);
     let mut cli = Vec::new();
     for k in 0..CLI_RUNS {
         let name = format!("cli-{k}.txt");
         let out = cli_apply(&w, executor, &name);
         cli.push((name.clone(), classify_cli(&out, executor, &name)));
     }
+    let cli_swaps = swapper.swaps(&w, executor);
 
+    let swapper = Swapper::start(&w, executor);
     let tally = library_applies(&w);
+    let library_swaps = swapper.swaps(&w, executor);
 
     // The claim: nothing was ever written outside the project.
     assert_eq!(
@@ -461,10 +488,18 @@ fn race(executor: &str) {
         "{executor}: an apply wrote outside the project"
     );
 
-    // Negative control, against the same running swapper: a path-based writer that does
-    // what apply used to do — check the folder by name (`lstat`: a real folder), then, after
-    // the journal was written and synced (a millisecond here), create the file by name —
-    // does write outside.
+    // The copy backend's copies, racing a swapper: the outside folder now holds a secret, and
+    // no staging copy may ever hold it (initial copy and syncs).
+    fs::write(w.outside.join("secret.txt"), SECRET).unwrap();
+    let swapper = Swapper::start(&w, executor);
+    let copies = copy_sessions(&w, executor);
+    let copy_swaps = swapper.swaps(&w, executor);
+
+    // Negative controls, against the same swapper program.
+    let swapper = Swapper::start(&w, executor);
+    // A path-based writer that does what apply used to do — check the folder by name
+    // (`lstat`: a real folder), then, after the journal was written and synced (a
+    // millisecond here), create the file by name — does write outside.
     let mut wrote_outside_at = None;
     for k in 0..NEGATIVE_ATTEMPTS {
         // The check passes once `d` is the real folder (a bounded wait).
@@ -481,12 +516,7 @@ fn race(executor: &str) {
             break;
         }
     }
-    // The copy backend's copies, racing the same swapper: the outside folder now holds a
-    // secret, and no staging copy may ever hold it (initial copy and syncs).
-    fs::write(w.outside.join("secret.txt"), SECRET).unwrap();
-    let copies = copy_sessions(&w, executor);
-    // Negative control: `cp -a` (which walks by path name, as the initial copy used to)
-    // racing the same swapper does copy the secret.
+    // `cp -a` (which walks by path name, as the initial copy used to) does copy the secret.
     let mut cp_leaked_at = None;
     for k in 0..CP_ATTEMPTS {
         let dest = w.base.join(format!("cp-{k}"));
@@ -505,34 +535,27 @@ fn race(executor: &str) {
             break;
         }
     }
-
-    let out = swapper.finish();
-    let stdout = text(&out.stdout);
+    let control_swaps = swapper.swaps(&w, executor);
     assert!(
         cp_leaked_at.is_some(),
-        "{executor}: negative control: `cp -a` never copied the outside secret in {CP_ATTEMPTS} runs ({stdout})"
+        "{executor}: negative control: `cp -a` never copied the outside secret in {CP_ATTEMPTS} runs ({control_swaps} swaps)"
     );
     assert!(
         wrote_outside_at.is_some(),
-        "{executor}: negative control: the path-based writer never wrote outside in {NEGATIVE_ATTEMPTS} tries ({stdout})"
+        "{executor}: negative control: the path-based writer never wrote outside in {NEGATIVE_ATTEMPTS} tries ({control_swaps} swaps)"
     );
 
-    // The swapper ran the whole time and ended with `d` the real folder.
-    let swaps: u64 = stdout
-        .trim()
-        .strip_prefix("swaps=")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "{executor}: the swapper failed: {stdout}\n{}",
-                text(&out.stderr)
-            )
-        });
-    assert!(
-        swaps >= MIN_SWAPS,
-        "{executor}: only {swaps} swaps against the applies"
-    );
-    assert!(fs::symlink_metadata(w.d()).unwrap().is_dir());
+    // Each swapper ran the whole time of what it raced, and ended with `d` the real folder.
+    for (what, swaps) in [
+        ("the CLI applies", cli_swaps),
+        ("the library applies", library_swaps),
+        ("the copies", copy_swaps),
+    ] {
+        assert!(
+            swaps >= MIN_SWAPS,
+            "{executor}: only {swaps} swaps against {what}"
+        );
+    }
 
     // Every library apply either landed fully inside the project or was refused; both
     // happened (the race was run, not avoided).
@@ -611,7 +634,7 @@ fn race(executor: &str) {
         "{executor}: too few copy sessions got through: {copies:?}"
     );
     eprintln!(
-        "{executor}: {swaps} swaps; library: {} applied, {} refused ({} lists taken over the link); CLI: {cli:?}; copies: {copies:?}; the path-based writer wrote outside after {} tries, cp -a copied the secret after {} runs",
+        "{executor}: swaps against the CLI {cli_swaps}, the library {library_swaps}, the copies {copy_swaps}; library: {} applied, {} refused ({} lists taken over the link); CLI: {cli:?}; copies: {copies:?}; the path-based writer wrote outside after {} tries, cp -a copied the secret after {} runs",
         tally.applied.len(),
         tally.refused,
         tally.listed_over_link,
