@@ -742,6 +742,37 @@ mod tests {
     }
 
     #[test]
+    fn include_fan_out_is_bounded() {
+        // Depth alone does not bound the work: each file naming the next many times multiplies
+        // the reads (ten levels of ten would never end). Counting repeats, 9 + 9 * 10 = 99
+        // included files are read; 11 + 11 * 10 = 121 are refused, naming the top file.
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        let includes = |name: &str| format!("[include]\n\tpath = {name}\n");
+        write(&fx.project("config/b.inc"), b"[user]\n\tname = x\n");
+        write(
+            &fx.project("config/a.inc"),
+            includes("b.inc").repeat(10).as_bytes(),
+        );
+        write(
+            &fx.project(".git/config"),
+            includes("../config/a.inc").repeat(9).as_bytes(),
+        );
+        let policy = fx.build().unwrap();
+        assert!(policy.read_only_paths.contains(&fx.project("config/b.inc")));
+        write(
+            &fx.project(".git/config"),
+            includes("../config/a.inc").repeat(11).as_bytes(),
+        );
+        let e = fx.build().unwrap_err();
+        assert!(
+            matches!(&e, PolicyError::GitConfigTooManyIncludes { path, limit: 100 }
+                if *path == fx.project(".git/config")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
     fn commands_named_by_configuration_are_read_only_and_a_missing_one_is_refused() {
         let fx = Fixture::new();
         git_init(&fx.project(""));

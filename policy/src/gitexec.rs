@@ -7,7 +7,7 @@
 //! | key | what git does with the value | protection when it lies under a writable root |
 //! |---|---|---|
 //! | `core.hooksPath`, `init.templateDir` | runs (or copies into new repositories) the hooks of that folder; relative to the worktree top, `~/` is the home | the folder is read-only (created empty, mode 0755, when missing: an empty folder is invisible to git), and so is the target of every link in it |
-//! | `include.path`, `includeIf.<condition>.path` | reads the file as configuration; relative to the including file's folder; followed recursively (at most 10 deep, as git) | the file is read-only; a missing one is refused |
+//! | `include.path`, `includeIf.<condition>.path` | reads the file as configuration; relative to the including file's folder; followed recursively (at most 10 deep, as git, and [`MAX_INCLUDED_FILES`] files) | the file is read-only; a missing one is refused |
 //! | command-valued keys ([`COMMAND_KEYS`]) | runs the command; its first word, when it holds a `/`, is the program | that file is read-only; a missing one is refused. Later words that name an existing regular file (`sh tools/fsmonitor.sh`) are made read-only too, best effort |
 //!
 //! Configuration is read from every configuration file of each repository (`config`,
@@ -33,6 +33,11 @@ use crate::walk::{hook_links, Repo, CREATED_DIR_MODE};
 
 /// git's own limit on nested `include.path` (`MAX_INCLUDE_DEPTH`).
 pub(crate) const MAX_INCLUDE_DEPTH: usize = 10;
+
+/// How many included files one configuration file may lead to, counting repeats. git has no
+/// such limit, but depth alone does not bound the work: ten files each including the next ten
+/// times are 10^10 reads. Real configurations include a handful.
+pub(crate) const MAX_INCLUDED_FILES: usize = 100;
 
 /// Keys whose value is a command git runs, as `(section, has a subsection, key)`; `*` is any
 /// key. `credential.helper` and `alias.*` have rules of their own (see [`key_use`]).
@@ -129,7 +134,7 @@ pub(crate) fn protect_configured(
 ) -> Result<(), PolicyError> {
     let mut global = Vec::new();
     for file in global_configs {
-        read_with_includes(protected, home, file, 0, &mut global)?;
+        read_config(protected, home, file, &mut global)?;
     }
     for repo in repos {
         let mut files = vec![
@@ -138,12 +143,11 @@ pub(crate) fn protect_configured(
             repo.git_dir.join("config.worktree"),
             repo.common_dir.join("config.worktree"),
         ];
-        files.dedup();
         files.sort();
         files.dedup();
         let mut own = Vec::new();
         for file in &files {
-            read_with_includes(protected, home, file, 0, &mut own)?;
+            read_config(protected, home, file, &mut own)?;
         }
         let tops = tops_of(repo, &own, home)?;
         for (file, entry) in own.iter().chain(&global) {
@@ -176,13 +180,33 @@ fn tops_of(repo: &Repo, own: &[Sourced], home: &Path) -> Result<Vec<PathBuf>, Po
     Ok(tops)
 }
 
+/// Reads the configuration file `file` and what it includes (at most [`MAX_INCLUDED_FILES`]).
+fn read_config(
+    protected: &mut Protected,
+    home: &Path,
+    file: &Path,
+    out: &mut Vec<Sourced>,
+) -> Result<(), PolicyError> {
+    let mut budget = MAX_INCLUDED_FILES;
+    read_with_includes(protected, home, file, 0, &mut budget, out).map_err(|e| match e {
+        PolicyError::GitConfigTooManyIncludes { limit, .. } => {
+            PolicyError::GitConfigTooManyIncludes {
+                path: file.to_path_buf(),
+                limit,
+            }
+        }
+        other => other,
+    })
+}
+
 /// Reads `file` and, recursively, what it includes; every included file that a command could
-/// write is made read-only on the way.
+/// write is made read-only on the way. `budget`: included files still allowed.
 fn read_with_includes(
     protected: &mut Protected,
     home: &Path,
     file: &Path,
     depth: usize,
+    budget: &mut usize,
     out: &mut Vec<Sourced>,
 ) -> Result<(), PolicyError> {
     if depth > MAX_INCLUDE_DEPTH {
@@ -190,6 +214,14 @@ fn read_with_includes(
             path: file.to_path_buf(),
             limit: MAX_INCLUDE_DEPTH,
         });
+    }
+    if depth > 0 {
+        *budget = budget
+            .checked_sub(1)
+            .ok_or_else(|| PolicyError::GitConfigTooManyIncludes {
+                path: file.to_path_buf(),
+                limit: MAX_INCLUDED_FILES,
+            })?;
     }
     let Some(entries) = gitconfig::read(file)? else {
         return Ok(());
@@ -202,7 +234,7 @@ fn read_with_includes(
                 match protected.resolve(&included, &included)? {
                     Resolved::Exists(target) => {
                         protected.protect(target);
-                        read_with_includes(protected, home, &included, depth + 1, out)?;
+                        read_with_includes(protected, home, &included, depth + 1, budget, out)?;
                     }
                     missing @ Resolved::Missing { .. } => {
                         if protected.is_writable(&missing.path()) {
