@@ -830,6 +830,36 @@ mod tests {
     }
 
     #[test]
+    fn a_worktree_named_through_a_rewritable_link_is_refused() {
+        // `core.worktree` is where git runs, and relative programs are found from there.
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        // (Relative to every top: the folder holding `.git` too.)
+        write(&fx.project("tools/fsmonitor"), b"#!/bin/sh\n");
+        write(&fx.project("real-wt/tools/fsmonitor"), b"#!/bin/sh\n");
+        write(
+            &fx.project(".git/config"),
+            b"[core]\n\tworktree = ../real-wt\n\tfsmonitor = tools/fsmonitor\n",
+        );
+        let policy = fx.build().unwrap();
+        assert!(policy
+            .read_only_paths
+            .contains(&fx.project("real-wt/tools/fsmonitor")));
+        // Through a link in the project, a command could point git at a folder of its own,
+        // with a `tools/fsmonitor` of its own.
+        symlink("real-wt", fx.project("wt-link")).unwrap();
+        write(
+            &fx.project(".git/config"),
+            b"[core]\n\tworktree = ../wt-link\n\tfsmonitor = tools/fsmonitor\n",
+        );
+        let e = fx.build().unwrap_err();
+        assert!(
+            matches!(&e, PolicyError::SwappableLink { link, .. } if *link == fx.project("wt-link")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
     fn the_repository_holding_the_project_is_read_too() {
         let fx = Fixture::new();
         // The project is `repo/app`; the repository's config names a folder in it.

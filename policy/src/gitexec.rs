@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::PolicyError;
 use crate::gitconfig::{self, ConfigEntry};
-use crate::paths::{canonical_if_exists, create_dir_if_missing};
+use crate::paths::create_dir_if_missing;
 use crate::protect::{Protected, Resolved};
 use crate::walk::{hook_links, Repo, CREATED_DIR_MODE};
 
@@ -149,7 +149,7 @@ pub(crate) fn protect_configured(
         for file in &files {
             read_config(protected, home, file, &mut own)?;
         }
-        let tops = tops_of(repo, &own, home)?;
+        let tops = tops_of(protected, repo, &own, home)?;
         for (file, entry) in own.iter().chain(&global) {
             apply(protected, home, &tops, file, entry)?;
         }
@@ -159,13 +159,20 @@ pub(crate) fn protect_configured(
 
 /// Where git runs for `repo`: the tops the walk found, `core.worktree` (relative to the git
 /// directory), or the git directory itself (a bare repository).
-fn tops_of(repo: &Repo, own: &[Sourced], home: &Path) -> Result<Vec<PathBuf>, PolicyError> {
+fn tops_of(
+    protected: &Protected,
+    repo: &Repo,
+    own: &[Sourced],
+    home: &Path,
+) -> Result<Vec<PathBuf>, PolicyError> {
     let mut tops = repo.tops.clone();
     for (_, e) in own {
         if e.section == "core" && e.subsection.is_none() && e.key == "worktree" {
             if let Some(value) = &e.value {
                 for candidate in candidates(value, home, std::slice::from_ref(&repo.git_dir)) {
-                    if let Some(top) = canonical_if_exists(&candidate)? {
+                    // Resolved like a protected path: through a link a command could re-point,
+                    // git would run the relative programs and hooks of the command's folder.
+                    if let Resolved::Exists(top) = protected.resolve(&candidate, &candidate)? {
                         if !tops.contains(&top) {
                             tops.push(top);
                         }
