@@ -396,6 +396,20 @@ mod tests {
         fx.settings.command_mode = CommandMode::Staged;
     }
 
+    /// Direct mode refuses the link at `rel` (`ProtectedLinkInDirectMode`, naming it, with
+    /// `--staged` and `fix` in the message); staged mode builds the policy, returned.
+    fn refused_in_direct_mode_built_staged(fx: &mut Fixture, rel: &str, fix: &str) -> ExecPolicy {
+        let e = fx.build().unwrap_err();
+        assert!(
+            matches!(&e, PolicyError::ProtectedLinkInDirectMode { path, .. } if *path == fx.project(rel)),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("--staged"), "{e}");
+        assert!(e.to_string().contains(fix), "{e}");
+        staged(fx);
+        fx.build().unwrap()
+    }
+
     #[test]
     fn git_dirs_are_read_only_as_a_whole_with_holes_for_data() {
         let fx = Fixture::new();
@@ -437,14 +451,7 @@ mod tests {
         let mut fx = Fixture::new();
         mkdir(&fx.project("config/garuda"));
         symlink("config/garuda", fx.project(".garuda")).unwrap();
-        let e = fx.build().unwrap_err();
-        assert!(
-            matches!(&e, PolicyError::ProtectedLinkInDirectMode { path, .. } if *path == fx.project(".garuda")),
-            "{e:?}"
-        );
-        assert!(e.to_string().contains("--staged"), "{e}");
-        staged(&mut fx);
-        let policy = fx.build().unwrap();
+        let policy = refused_in_direct_mode_built_staged(&mut fx, ".garuda", "--staged");
         assert!(policy
             .read_only_paths
             .contains(&fx.project("config/garuda")));
@@ -482,14 +489,8 @@ mod tests {
         let mut fx = Fixture::new();
         git_init(&fx.project("store"));
         symlink("store/.git", fx.project(".git")).unwrap();
-        let e = fx.build().unwrap_err();
-        assert!(
-            matches!(&e, PolicyError::ProtectedLinkInDirectMode { path, .. } if *path == fx.project(".git")),
-            "{e:?}"
-        );
-        assert!(e.to_string().contains("git init --separate-git-dir"), "{e}");
-        staged(&mut fx);
-        let policy = fx.build().unwrap();
+        let policy =
+            refused_in_direct_mode_built_staged(&mut fx, ".git", "git init --separate-git-dir");
         let (ro, holes) = protected_in_project(&fx, &policy);
         assert_eq!(ro, [".garuda", "store/.git"]);
         assert_eq!(holes, ["store/.git/objects"]);
