@@ -40,7 +40,8 @@ pub(crate) const MAX_INCLUDE_DEPTH: usize = 10;
 pub(crate) const MAX_INCLUDED_FILES: usize = 100;
 
 /// Keys whose value is a command git runs, as `(section, has a subsection, key)`; `*` is any
-/// key. `credential.helper` and `alias.*` have rules of their own (see [`key_use`]).
+/// key. `credential.helper`, `alias.*` and `submodule.*.update` have rules of their own (see
+/// [`key_use`]).
 pub(crate) const COMMAND_KEYS: &[(&str, bool, &str)] = &[
     ("core", false, "fsmonitor"),
     ("core", false, "sshcommand"),
@@ -76,6 +77,13 @@ pub(crate) const COMMAND_KEYS: &[(&str, bool, &str)] = &[
     ("sendemail", false, "smtpserver"),
     ("sendemail", false, "tocmd"),
     ("sendemail", false, "cccmd"),
+    ("core", false, "alternaterefscommand"),
+    ("trailer", true, "command"),
+    ("trailer", true, "cmd"),
+    ("tar", true, "command"),
+    ("guitool", true, "cmd"),
+    ("instaweb", false, "httpd"),
+    ("imap", false, "tunnel"),
 ];
 
 /// What a key's value is to git.
@@ -85,7 +93,7 @@ enum Use {
     HookFolder,
     /// A command (first word a program).
     Command,
-    /// An alias: a command only when it starts with `!`.
+    /// An alias, or `submodule.<name>.update`: a command only when it starts with `!`.
     Alias,
     /// `credential.helper`: `!command`, an absolute program, or a `git credential-*` name.
     CredentialHelper,
@@ -96,7 +104,7 @@ fn key_use(e: &ConfigEntry) -> Option<Use> {
     match (e.section.as_str(), sub, e.key.as_str()) {
         ("core", false, "hookspath") | ("init", false, "templatedir") => Some(Use::HookFolder),
         ("credential", _, "helper") => Some(Use::CredentialHelper),
-        ("alias", false, _) => Some(Use::Alias),
+        ("alias", false, _) | ("submodule", true, "update") => Some(Use::Alias),
         (section, sub, key) => COMMAND_KEYS
             .iter()
             .any(|(s, has_sub, k)| *s == section && *has_sub == sub && (*k == key || *k == "*"))
@@ -535,6 +543,27 @@ mod tests {
             Some(Use::Command)
         );
         assert_eq!(key_use(&e("pager", None, "log", "x")), Some(Use::Command));
+        for (section, sub, key) in [
+            ("core", None, "alternaterefscommand"),
+            ("trailer", Some("sign"), "command"),
+            ("trailer", Some("sign"), "cmd"),
+            ("tar", Some("tar.xz"), "command"),
+            ("guitool", Some("t"), "cmd"),
+            ("instaweb", None, "httpd"),
+            ("imap", None, "tunnel"),
+        ] {
+            assert_eq!(
+                key_use(&e(section, sub, key, "x")),
+                Some(Use::Command),
+                "{key}"
+            );
+        }
+        assert_eq!(
+            key_use(&e("submodule", Some("lib"), "update", "!x")),
+            Some(Use::Alias)
+        );
+        assert_eq!(key_use(&e("submodule", Some("lib"), "url", "x")), None);
+        assert_eq!(key_use(&e("trailer", None, "separators", "x")), None);
         assert_eq!(key_use(&e("user", None, "name", "x")), None);
         assert!(is_include(&e("include", None, "path", "x")));
         assert!(is_include(&e("includeif", Some("gitdir:/x/"), "path", "x")));
