@@ -283,22 +283,27 @@ fn apply(
     };
     if kind == Use::HookFolder {
         for folder in candidates(value, home, tops) {
-            match protected.resolve(&folder, &folder)? {
-                Resolved::Exists(target) => {
-                    protected.protect(target.clone());
-                    if target.is_dir() {
-                        hook_links(protected, &target)?;
-                    }
+            let mut found = protected.resolve(&folder, &folder)?;
+            if let missing @ Resolved::Missing { .. } = &found {
+                let path = missing.path();
+                if !protected.is_writable(&path) {
+                    continue;
                 }
-                missing @ Resolved::Missing { .. } => {
-                    let path = missing.path();
-                    if protected.is_writable(&path) {
-                        // An empty folder is what "no hooks" already means to git; once it
-                        // exists it can be bound read-only.
-                        create_dir_if_missing(&path, CREATED_DIR_MODE)?;
-                        protected.protect(path);
-                    }
-                }
+                // An empty folder is what "no hooks" already means to git; once it exists it
+                // can be bound read-only. Resolved again: a command running at the same time
+                // may have put a link on the way first.
+                create_dir_if_missing(&path, CREATED_DIR_MODE)?;
+                found = protected.resolve(&folder, &folder)?;
+            }
+            let Resolved::Exists(target) = found else {
+                return Err(PolicyError::Canonicalize {
+                    path: folder,
+                    source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                });
+            };
+            protected.protect(target.clone());
+            if target.is_dir() {
+                hook_links(protected, &target)?;
             }
         }
         return Ok(());

@@ -168,18 +168,15 @@ impl Walker {
     /// `<root>/.garuda`: read-only whether it exists or not.
     fn root_garuda(&mut self) -> Result<(), PolicyError> {
         let path = self.root.join(".garuda");
-        let meta = match fs::symlink_metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // A command could create it and plant settings (and, once the agent has them,
-                // hooks and commands that run later). An empty folder is what "no settings"
-                // already means, and git does not show an empty folder.
-                create_dir_if_missing(&path, CREATED_DIR_MODE)?;
-                self.protected.protect(path);
-                return Ok(());
-            }
-            Err(source) => return Err(PolicyError::Canonicalize { path, source }),
-        };
+        // A command could create it and plant settings (and, once the agent has them, hooks
+        // and commands that run later). An empty folder is what "no settings" already means,
+        // and git does not show an empty folder. Whatever is there afterwards, also a link a
+        // command running at the same time put there first, is then judged as found.
+        create_dir_if_missing(&path, CREATED_DIR_MODE)?;
+        let meta = fs::symlink_metadata(&path).map_err(|source| PolicyError::Canonicalize {
+            path: path.clone(),
+            source,
+        })?;
         if !meta.file_type().is_symlink() {
             // A folder, or a file (protected as a file: nothing can be created inside it).
             self.protected.protect(path);
