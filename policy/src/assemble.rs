@@ -497,6 +497,33 @@ mod tests {
     }
 
     #[test]
+    fn a_linked_git_is_refused_in_nested_repositories_and_worktrees_too() {
+        // A nested repository whose `.git` is a link.
+        let mut fx = Fixture::new();
+        git_init(&fx.project(""));
+        git_init(&fx.project("store"));
+        mkdir(&fx.project("vendor/lib"));
+        symlink("../../store/.git", fx.project("vendor/lib/.git")).unwrap();
+        refused_in_direct_mode_built_staged(&mut fx, "vendor/lib/.git", "--separate-git-dir");
+        // A linked worktree whose `.git` pointer file is reached through a link.
+        let mut fx = Fixture::new();
+        git_init(&fx.project(""));
+        let private = fx.project(".git/worktrees/wt");
+        mkdir(&private.join("logs"));
+        write(&private.join("commondir"), b"../..\n");
+        write(&private.join("HEAD"), b"ref: refs/heads/wt\n");
+        write(
+            &fx.project("pointers/wt.git"),
+            b"gitdir: ../.git/worktrees/wt\n",
+        );
+        mkdir(&fx.project("wt"));
+        symlink("../pointers/wt.git", fx.project("wt/.git")).unwrap();
+        let policy = refused_in_direct_mode_built_staged(&mut fx, "wt/.git", "--separate-git-dir");
+        let (ro, _) = protected_in_project(&fx, &policy);
+        assert!(ro.contains(&"pointers/wt.git".to_string()), "{ro:?}");
+    }
+
+    #[test]
     fn worktree_git_file_with_commondir_is_protected() {
         // The main repository sits outside the project in a writable directory, so only the
         // pointer files can lead the walk to it.
