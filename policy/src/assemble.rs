@@ -888,6 +888,23 @@ mod tests {
     }
 
     #[test]
+    fn a_nul_byte_ends_a_configuration_value_as_in_git() {
+        // git runs `sh tools/pager.sh`: what follows the NUL is not part of the value, and must
+        // not hide the argument from the protection.
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        write(&fx.project("tools/pager.sh"), b"#!/bin/sh\n");
+        write(
+            &fx.project(".git/config"),
+            b"[core]\n\tpager = sh tools/pager.sh\0junk\n",
+        );
+        let policy = fx.build().unwrap();
+        assert!(policy
+            .read_only_paths
+            .contains(&fx.project("tools/pager.sh")));
+    }
+
+    #[test]
     fn the_repository_holding_the_project_is_read_too() {
         let fx = Fixture::new();
         // The project is `repo/app`; the repository's config names a folder in it.
