@@ -396,6 +396,20 @@ mod tests {
         fx.settings.command_mode = CommandMode::Staged;
     }
 
+    /// Direct mode refuses the link at `rel` (`ProtectedLinkInDirectMode`, naming it, with
+    /// `--staged` and `fix` in the message); staged mode builds the policy, returned.
+    fn refused_in_direct_mode_built_staged(fx: &mut Fixture, rel: &str, fix: &str) -> ExecPolicy {
+        let e = fx.build().unwrap_err();
+        assert!(
+            matches!(&e, PolicyError::ProtectedLinkInDirectMode { path, .. } if *path == fx.project(rel)),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("--staged"), "{e}");
+        assert!(e.to_string().contains(fix), "{e}");
+        staged(fx);
+        fx.build().unwrap()
+    }
+
     #[test]
     fn git_dirs_are_read_only_as_a_whole_with_holes_for_data() {
         let fx = Fixture::new();
@@ -437,14 +451,7 @@ mod tests {
         let mut fx = Fixture::new();
         mkdir(&fx.project("config/garuda"));
         symlink("config/garuda", fx.project(".garuda")).unwrap();
-        let e = fx.build().unwrap_err();
-        assert!(
-            matches!(&e, PolicyError::ProtectedLinkInDirectMode { path, .. } if *path == fx.project(".garuda")),
-            "{e:?}"
-        );
-        assert!(e.to_string().contains("--staged"), "{e}");
-        staged(&mut fx);
-        let policy = fx.build().unwrap();
+        let policy = refused_in_direct_mode_built_staged(&mut fx, ".garuda", "--staged");
         assert!(policy
             .read_only_paths
             .contains(&fx.project("config/garuda")));
@@ -482,17 +489,38 @@ mod tests {
         let mut fx = Fixture::new();
         git_init(&fx.project("store"));
         symlink("store/.git", fx.project(".git")).unwrap();
-        let e = fx.build().unwrap_err();
-        assert!(
-            matches!(&e, PolicyError::ProtectedLinkInDirectMode { path, .. } if *path == fx.project(".git")),
-            "{e:?}"
-        );
-        assert!(e.to_string().contains("git init --separate-git-dir"), "{e}");
-        staged(&mut fx);
-        let policy = fx.build().unwrap();
+        let policy =
+            refused_in_direct_mode_built_staged(&mut fx, ".git", "git init --separate-git-dir");
         let (ro, holes) = protected_in_project(&fx, &policy);
         assert_eq!(ro, [".garuda", "store/.git"]);
         assert_eq!(holes, ["store/.git/objects"]);
+    }
+
+    #[test]
+    fn a_linked_git_is_refused_in_nested_repositories_and_worktrees_too() {
+        // A nested repository whose `.git` is a link.
+        let mut fx = Fixture::new();
+        git_init(&fx.project(""));
+        git_init(&fx.project("store"));
+        mkdir(&fx.project("vendor/lib"));
+        symlink("../../store/.git", fx.project("vendor/lib/.git")).unwrap();
+        refused_in_direct_mode_built_staged(&mut fx, "vendor/lib/.git", "--separate-git-dir");
+        // A linked worktree whose `.git` pointer file is reached through a link.
+        let mut fx = Fixture::new();
+        git_init(&fx.project(""));
+        let private = fx.project(".git/worktrees/wt");
+        mkdir(&private.join("logs"));
+        write(&private.join("commondir"), b"../..\n");
+        write(&private.join("HEAD"), b"ref: refs/heads/wt\n");
+        write(
+            &fx.project("pointers/wt.git"),
+            b"gitdir: ../.git/worktrees/wt\n",
+        );
+        mkdir(&fx.project("wt"));
+        symlink("../pointers/wt.git", fx.project("wt/.git")).unwrap();
+        let policy = refused_in_direct_mode_built_staged(&mut fx, "wt/.git", "--separate-git-dir");
+        let (ro, _) = protected_in_project(&fx, &policy);
+        assert!(ro.contains(&"pointers/wt.git".to_string()), "{ro:?}");
     }
 
     #[test]
@@ -742,6 +770,37 @@ mod tests {
     }
 
     #[test]
+    fn include_fan_out_is_bounded() {
+        // Depth alone does not bound the work: each file naming the next many times multiplies
+        // the reads (ten levels of ten would never end). Counting repeats, 9 + 9 * 10 = 99
+        // included files are read; 11 + 11 * 10 = 121 are refused, naming the top file.
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        let includes = |name: &str| format!("[include]\n\tpath = {name}\n");
+        write(&fx.project("config/b.inc"), b"[user]\n\tname = x\n");
+        write(
+            &fx.project("config/a.inc"),
+            includes("b.inc").repeat(10).as_bytes(),
+        );
+        write(
+            &fx.project(".git/config"),
+            includes("../config/a.inc").repeat(9).as_bytes(),
+        );
+        let policy = fx.build().unwrap();
+        assert!(policy.read_only_paths.contains(&fx.project("config/b.inc")));
+        write(
+            &fx.project(".git/config"),
+            includes("../config/a.inc").repeat(11).as_bytes(),
+        );
+        let e = fx.build().unwrap_err();
+        assert!(
+            matches!(&e, PolicyError::GitConfigTooManyIncludes { path, limit: 100 }
+                if *path == fx.project(".git/config")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
     fn commands_named_by_configuration_are_read_only_and_a_missing_one_is_refused() {
         let fx = Fixture::new();
         git_init(&fx.project(""));
@@ -796,6 +855,53 @@ mod tests {
                 if *config == fx.project(".git/worktrees/wt/config.worktree") && key == "core.fsmonitor"),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn a_worktree_named_through_a_rewritable_link_is_refused() {
+        // `core.worktree` is where git runs, and relative programs are found from there.
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        // (Relative to every top: the folder holding `.git` too.)
+        write(&fx.project("tools/fsmonitor"), b"#!/bin/sh\n");
+        write(&fx.project("real-wt/tools/fsmonitor"), b"#!/bin/sh\n");
+        write(
+            &fx.project(".git/config"),
+            b"[core]\n\tworktree = ../real-wt\n\tfsmonitor = tools/fsmonitor\n",
+        );
+        let policy = fx.build().unwrap();
+        assert!(policy
+            .read_only_paths
+            .contains(&fx.project("real-wt/tools/fsmonitor")));
+        // Through a link in the project, a command could point git at a folder of its own,
+        // with a `tools/fsmonitor` of its own.
+        symlink("real-wt", fx.project("wt-link")).unwrap();
+        write(
+            &fx.project(".git/config"),
+            b"[core]\n\tworktree = ../wt-link\n\tfsmonitor = tools/fsmonitor\n",
+        );
+        let e = fx.build().unwrap_err();
+        assert!(
+            matches!(&e, PolicyError::SwappableLink { link, .. } if *link == fx.project("wt-link")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_nul_byte_ends_a_configuration_value_as_in_git() {
+        // git runs `sh tools/pager.sh`: what follows the NUL is not part of the value, and must
+        // not hide the argument from the protection.
+        let fx = Fixture::new();
+        git_init(&fx.project(""));
+        write(&fx.project("tools/pager.sh"), b"#!/bin/sh\n");
+        write(
+            &fx.project(".git/config"),
+            b"[core]\n\tpager = sh tools/pager.sh\0junk\n",
+        );
+        let policy = fx.build().unwrap();
+        assert!(policy
+            .read_only_paths
+            .contains(&fx.project("tools/pager.sh")));
     }
 
     #[test]

@@ -319,6 +319,17 @@ pub enum PolicyError {
         limit: usize,
     },
 
+    /// A git configuration file and what it includes, transitively, are more files than the
+    /// reader reads: includes can fan out (each file naming the next many times), and the
+    /// policy build must end.
+    #[error("{}: git configuration includes more than {limit} files, counting repeats", path.display())]
+    GitConfigTooManyIncludes {
+        /// The configuration file whose includes were being read.
+        path: PathBuf,
+        /// The limit.
+        limit: usize,
+    },
+
     /// `.git` or `.garuda` is a symbolic link in a folder a direct-mode command can write: the
     /// command could replace the link with a folder of its own (with hooks, config, settings),
     /// and a mount cannot be placed on a link to stop it.

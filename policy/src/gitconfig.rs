@@ -15,7 +15,7 @@
 //!   compared without case, subsections with case;
 //! - values: leading and trailing blanks dropped, inner blanks kept, `"…"` quoting, the
 //!   escapes `\\`, `\"`, `\n`, `\t`, `\b`, and a `\` at the end of a line continuing the value
-//!   on the next.
+//!   on the next; a NUL byte ends the value (git keeps values as C strings).
 //!
 //! Anything else (a bad character in a name, an unknown escape, an unterminated quote or
 //! header) is an error naming the file and the line, never a guess: git refuses the file too
@@ -327,6 +327,11 @@ fn value(src: &mut Source<'_>) -> Result<Vec<u8>, ParseError> {
             if trim_len > 0 {
                 out.truncate(trim_len);
             }
+            // git keeps a value as a C string: whatever follows a NUL byte is not part of what
+            // it runs or reads (`sh tools/x.sh<NUL>junk` runs `sh tools/x.sh`).
+            if let Some(nul) = out.iter().position(|b| *b == 0) {
+                out.truncate(nul);
+            }
             return Ok(out);
         }
         if comment {
@@ -554,6 +559,7 @@ mod tests {
             b"k\n[x]\n",
             b"[x.y.Z]\nK = v\n",
             b"[x] k = \"#not\";yes\n",
+            b"[x]\nk = sh tools/x.sh\0junk\n[y]\nk = \0\n",
         ];
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("config");

@@ -7,7 +7,7 @@
 //! | key | what git does with the value | protection when it lies under a writable root |
 //! |---|---|---|
 //! | `core.hooksPath`, `init.templateDir` | runs (or copies into new repositories) the hooks of that folder; relative to the worktree top, `~/` is the home | the folder is read-only (created empty, mode 0755, when missing: an empty folder is invisible to git), and so is the target of every link in it |
-//! | `include.path`, `includeIf.<condition>.path` | reads the file as configuration; relative to the including file's folder; followed recursively (at most 10 deep, as git) | the file is read-only; a missing one is refused |
+//! | `include.path`, `includeIf.<condition>.path` | reads the file as configuration; relative to the including file's folder; followed recursively (at most 10 deep, as git, and [`MAX_INCLUDED_FILES`] files) | the file is read-only; a missing one is refused |
 //! | command-valued keys ([`COMMAND_KEYS`]) | runs the command; its first word, when it holds a `/`, is the program | that file is read-only; a missing one is refused. Later words that name an existing regular file (`sh tools/fsmonitor.sh`) are made read-only too, best effort |
 //!
 //! Configuration is read from every configuration file of each repository (`config`,
@@ -27,15 +27,21 @@ use std::path::{Path, PathBuf};
 
 use crate::error::PolicyError;
 use crate::gitconfig::{self, ConfigEntry};
-use crate::paths::{canonical_if_exists, create_dir_if_missing};
+use crate::paths::create_dir_if_missing;
 use crate::protect::{Protected, Resolved};
 use crate::walk::{hook_links, Repo, CREATED_DIR_MODE};
 
 /// git's own limit on nested `include.path` (`MAX_INCLUDE_DEPTH`).
 pub(crate) const MAX_INCLUDE_DEPTH: usize = 10;
 
+/// How many included files one configuration file may lead to, counting repeats. git has no
+/// such limit, but depth alone does not bound the work: ten files each including the next ten
+/// times are 10^10 reads. Real configurations include a handful.
+pub(crate) const MAX_INCLUDED_FILES: usize = 100;
+
 /// Keys whose value is a command git runs, as `(section, has a subsection, key)`; `*` is any
-/// key. `credential.helper` and `alias.*` have rules of their own (see [`key_use`]).
+/// key. `credential.helper`, `alias.*` and `submodule.*.update` have rules of their own (see
+/// [`key_use`]).
 pub(crate) const COMMAND_KEYS: &[(&str, bool, &str)] = &[
     ("core", false, "fsmonitor"),
     ("core", false, "sshcommand"),
@@ -71,6 +77,13 @@ pub(crate) const COMMAND_KEYS: &[(&str, bool, &str)] = &[
     ("sendemail", false, "smtpserver"),
     ("sendemail", false, "tocmd"),
     ("sendemail", false, "cccmd"),
+    ("core", false, "alternaterefscommand"),
+    ("trailer", true, "command"),
+    ("trailer", true, "cmd"),
+    ("tar", true, "command"),
+    ("guitool", true, "cmd"),
+    ("instaweb", false, "httpd"),
+    ("imap", false, "tunnel"),
 ];
 
 /// What a key's value is to git.
@@ -80,7 +93,7 @@ enum Use {
     HookFolder,
     /// A command (first word a program).
     Command,
-    /// An alias: a command only when it starts with `!`.
+    /// An alias, or `submodule.<name>.update`: a command only when it starts with `!`.
     Alias,
     /// `credential.helper`: `!command`, an absolute program, or a `git credential-*` name.
     CredentialHelper,
@@ -91,7 +104,7 @@ fn key_use(e: &ConfigEntry) -> Option<Use> {
     match (e.section.as_str(), sub, e.key.as_str()) {
         ("core", false, "hookspath") | ("init", false, "templatedir") => Some(Use::HookFolder),
         ("credential", _, "helper") => Some(Use::CredentialHelper),
-        ("alias", false, _) => Some(Use::Alias),
+        ("alias", false, _) | ("submodule", true, "update") => Some(Use::Alias),
         (section, sub, key) => COMMAND_KEYS
             .iter()
             .any(|(s, has_sub, k)| *s == section && *has_sub == sub && (*k == key || *k == "*"))
@@ -129,7 +142,7 @@ pub(crate) fn protect_configured(
 ) -> Result<(), PolicyError> {
     let mut global = Vec::new();
     for file in global_configs {
-        read_with_includes(protected, home, file, 0, &mut global)?;
+        read_config(protected, home, file, &mut global)?;
     }
     for repo in repos {
         let mut files = vec![
@@ -138,14 +151,13 @@ pub(crate) fn protect_configured(
             repo.git_dir.join("config.worktree"),
             repo.common_dir.join("config.worktree"),
         ];
-        files.dedup();
         files.sort();
         files.dedup();
         let mut own = Vec::new();
         for file in &files {
-            read_with_includes(protected, home, file, 0, &mut own)?;
+            read_config(protected, home, file, &mut own)?;
         }
-        let tops = tops_of(repo, &own, home)?;
+        let tops = tops_of(protected, repo, &own, home)?;
         for (file, entry) in own.iter().chain(&global) {
             apply(protected, home, &tops, file, entry)?;
         }
@@ -155,13 +167,20 @@ pub(crate) fn protect_configured(
 
 /// Where git runs for `repo`: the tops the walk found, `core.worktree` (relative to the git
 /// directory), or the git directory itself (a bare repository).
-fn tops_of(repo: &Repo, own: &[Sourced], home: &Path) -> Result<Vec<PathBuf>, PolicyError> {
+fn tops_of(
+    protected: &Protected,
+    repo: &Repo,
+    own: &[Sourced],
+    home: &Path,
+) -> Result<Vec<PathBuf>, PolicyError> {
     let mut tops = repo.tops.clone();
     for (_, e) in own {
         if e.section == "core" && e.subsection.is_none() && e.key == "worktree" {
             if let Some(value) = &e.value {
                 for candidate in candidates(value, home, std::slice::from_ref(&repo.git_dir)) {
-                    if let Some(top) = canonical_if_exists(&candidate)? {
+                    // Resolved like a protected path: through a link a command could re-point,
+                    // git would run the relative programs and hooks of the command's folder.
+                    if let Resolved::Exists(top) = protected.resolve(&candidate, &candidate)? {
                         if !tops.contains(&top) {
                             tops.push(top);
                         }
@@ -176,13 +195,33 @@ fn tops_of(repo: &Repo, own: &[Sourced], home: &Path) -> Result<Vec<PathBuf>, Po
     Ok(tops)
 }
 
+/// Reads the configuration file `file` and what it includes (at most [`MAX_INCLUDED_FILES`]).
+fn read_config(
+    protected: &mut Protected,
+    home: &Path,
+    file: &Path,
+    out: &mut Vec<Sourced>,
+) -> Result<(), PolicyError> {
+    let mut budget = MAX_INCLUDED_FILES;
+    read_with_includes(protected, home, file, 0, &mut budget, out).map_err(|e| match e {
+        PolicyError::GitConfigTooManyIncludes { limit, .. } => {
+            PolicyError::GitConfigTooManyIncludes {
+                path: file.to_path_buf(),
+                limit,
+            }
+        }
+        other => other,
+    })
+}
+
 /// Reads `file` and, recursively, what it includes; every included file that a command could
-/// write is made read-only on the way.
+/// write is made read-only on the way. `budget`: included files still allowed.
 fn read_with_includes(
     protected: &mut Protected,
     home: &Path,
     file: &Path,
     depth: usize,
+    budget: &mut usize,
     out: &mut Vec<Sourced>,
 ) -> Result<(), PolicyError> {
     if depth > MAX_INCLUDE_DEPTH {
@@ -190,6 +229,14 @@ fn read_with_includes(
             path: file.to_path_buf(),
             limit: MAX_INCLUDE_DEPTH,
         });
+    }
+    if depth > 0 {
+        *budget = budget
+            .checked_sub(1)
+            .ok_or_else(|| PolicyError::GitConfigTooManyIncludes {
+                path: file.to_path_buf(),
+                limit: MAX_INCLUDED_FILES,
+            })?;
     }
     let Some(entries) = gitconfig::read(file)? else {
         return Ok(());
@@ -202,7 +249,7 @@ fn read_with_includes(
                 match protected.resolve(&included, &included)? {
                     Resolved::Exists(target) => {
                         protected.protect(target);
-                        read_with_includes(protected, home, &included, depth + 1, out)?;
+                        read_with_includes(protected, home, &included, depth + 1, budget, out)?;
                     }
                     missing @ Resolved::Missing { .. } => {
                         if protected.is_writable(&missing.path()) {
@@ -236,22 +283,27 @@ fn apply(
     };
     if kind == Use::HookFolder {
         for folder in candidates(value, home, tops) {
-            match protected.resolve(&folder, &folder)? {
-                Resolved::Exists(target) => {
-                    protected.protect(target.clone());
-                    if target.is_dir() {
-                        hook_links(protected, &target)?;
-                    }
+            let mut found = protected.resolve(&folder, &folder)?;
+            if let missing @ Resolved::Missing { .. } = &found {
+                let path = missing.path();
+                if !protected.is_writable(&path) {
+                    continue;
                 }
-                missing @ Resolved::Missing { .. } => {
-                    let path = missing.path();
-                    if protected.is_writable(&path) {
-                        // An empty folder is what "no hooks" already means to git; once it
-                        // exists it can be bound read-only.
-                        create_dir_if_missing(&path, CREATED_DIR_MODE)?;
-                        protected.protect(path);
-                    }
-                }
+                // An empty folder is what "no hooks" already means to git; once it exists it
+                // can be bound read-only. Resolved again: a command running at the same time
+                // may have put a link on the way first.
+                create_dir_if_missing(&path, CREATED_DIR_MODE)?;
+                found = protected.resolve(&folder, &folder)?;
+            }
+            let Resolved::Exists(target) = found else {
+                return Err(PolicyError::Canonicalize {
+                    path: folder,
+                    source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                });
+            };
+            protected.protect(target.clone());
+            if target.is_dir() {
+                hook_links(protected, &target)?;
             }
         }
         return Ok(());
@@ -496,6 +548,27 @@ mod tests {
             Some(Use::Command)
         );
         assert_eq!(key_use(&e("pager", None, "log", "x")), Some(Use::Command));
+        for (section, sub, key) in [
+            ("core", None, "alternaterefscommand"),
+            ("trailer", Some("sign"), "command"),
+            ("trailer", Some("sign"), "cmd"),
+            ("tar", Some("tar.xz"), "command"),
+            ("guitool", Some("t"), "cmd"),
+            ("instaweb", None, "httpd"),
+            ("imap", None, "tunnel"),
+        ] {
+            assert_eq!(
+                key_use(&e(section, sub, key, "x")),
+                Some(Use::Command),
+                "{key}"
+            );
+        }
+        assert_eq!(
+            key_use(&e("submodule", Some("lib"), "update", "!x")),
+            Some(Use::Alias)
+        );
+        assert_eq!(key_use(&e("submodule", Some("lib"), "url", "x")), None);
+        assert_eq!(key_use(&e("trailer", None, "separators", "x")), None);
         assert_eq!(key_use(&e("user", None, "name", "x")), None);
         assert!(is_include(&e("include", None, "path", "x")));
         assert!(is_include(&e("includeif", Some("gitdir:/x/"), "path", "x")));

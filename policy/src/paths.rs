@@ -51,30 +51,41 @@ pub(crate) fn canonical_if_present(path: &Path) -> Result<Option<PathBuf>, Polic
 }
 
 /// Creates the directory `path` (and missing parents) with `mode` when nothing is there yet.
+/// Whatever is there already (a folder, a file, a link) is left as it is.
 pub(crate) fn create_dir_if_missing(path: &Path, mode: u32) -> Result<(), PolicyError> {
+    use std::os::unix::fs::DirBuilderExt;
     let create_error = |source| PolicyError::Create {
         path: path.to_path_buf(),
         source,
     };
-    match fs::symlink_metadata(path) {
-        Ok(_) => return Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+    if let Some(parent) = path.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(parent)
+            .map_err(create_error)?;
+    }
+    // `mkdir` never follows a link at the last component: something there (a link a command
+    // planted since it was looked at included) is `EEXIST`, and left alone.
+    match fs::DirBuilder::new().mode(mode).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
         Err(e) => return Err(create_error(e)),
     }
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, mode);
-    builder.create(path).map_err(create_error)?;
     // The umask may have removed bits; the mode is part of the contract, so set it exactly.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(create_error)?;
-    }
-    #[cfg(not(unix))]
-    let _ = mode;
-    Ok(())
+    set_mode_no_follow(path, mode).map_err(create_error)
+}
+
+/// Sets the mode of the folder at `path` through a handle that cannot be a link: a command
+/// running at the same time can replace the folder just made with a link to one of the user's
+/// (`~/.gnupg`), and `chmod` by name would open that one up. The replacement makes it fail.
+fn set_mode_no_follow(path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(path)?
+        .set_permissions(fs::Permissions::from_mode(mode))
 }
 
 /// Sorts by path (so a parent comes right before its children) and drops duplicates.
@@ -101,6 +112,38 @@ mod tests {
             .map(PathBuf::from)
             .collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn the_mode_of_a_created_folder_is_never_set_through_a_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::TempDir::new().unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let private = tmp.path().join("private");
+        fs::create_dir(&private).unwrap();
+        fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+        let link = tmp.path().join("made");
+        std::os::unix::fs::symlink(&private, &link).unwrap();
+        // What a racing command makes of the folder just created: a link to a private one.
+        let e = set_mode_no_follow(&link, 0o755).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR), "{e}");
+        assert_eq!(mode(&private), 0o700);
+        // The control: a `chmod` by name opens the private folder up.
+        fs::set_permissions(&link, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(mode(&private), 0o755);
+
+        // A link already there is left alone (it is not created over, nor its target changed).
+        fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+        create_dir_if_missing(&link, 0o755).unwrap();
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(mode(&private), 0o700);
+        // A missing one is created with the mode, whatever the umask, parents too.
+        let deep = tmp.path().join("a/b/c");
+        create_dir_if_missing(&deep, 0o755).unwrap();
+        assert_eq!(mode(&deep), 0o755);
     }
 
     #[test]

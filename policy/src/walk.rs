@@ -168,18 +168,15 @@ impl Walker {
     /// `<root>/.garuda`: read-only whether it exists or not.
     fn root_garuda(&mut self) -> Result<(), PolicyError> {
         let path = self.root.join(".garuda");
-        let meta = match fs::symlink_metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // A command could create it and plant settings (and, once the agent has them,
-                // hooks and commands that run later). An empty folder is what "no settings"
-                // already means, and git does not show an empty folder.
-                create_dir_if_missing(&path, CREATED_DIR_MODE)?;
-                self.protected.protect(path);
-                return Ok(());
-            }
-            Err(source) => return Err(PolicyError::Canonicalize { path, source }),
-        };
+        // A command could create it and plant settings (and, once the agent has them, hooks
+        // and commands that run later). An empty folder is what "no settings" already means,
+        // and git does not show an empty folder. Whatever is there afterwards, also a link a
+        // command running at the same time put there first, is then judged as found.
+        create_dir_if_missing(&path, CREATED_DIR_MODE)?;
+        let meta = fs::symlink_metadata(&path).map_err(|source| PolicyError::Canonicalize {
+            path: path.clone(),
+            source,
+        })?;
         if !meta.file_type().is_symlink() {
             // A folder, or a file (protected as a file: nothing can be created inside it).
             self.protected.protect(path);
@@ -200,12 +197,7 @@ impl Walker {
     /// The target of the link at `path`, resolved strictly; a dangling one is an error (a
     /// command could create the target).
     fn link_target(&self, path: &Path) -> Result<PathBuf, PolicyError> {
-        let text = fs::read_link(path).map_err(|source| PolicyError::Canonicalize {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let parent = path.parent().unwrap_or(Path::new("/"));
-        match self.protected.resolve(&parent.join(text), path)? {
+        match resolve_link(&self.protected, path)? {
             Resolved::Exists(target) => Ok(target),
             Resolved::Missing { .. } => Err(PolicyError::Canonicalize {
                 path: path.to_path_buf(),
@@ -396,12 +388,7 @@ pub(crate) fn protected_link_target(
     protected: &mut Protected,
     link: &Path,
 ) -> Result<Option<PathBuf>, PolicyError> {
-    let text = fs::read_link(link).map_err(|source| PolicyError::Canonicalize {
-        path: link.to_path_buf(),
-        source,
-    })?;
-    let parent = link.parent().unwrap_or(Path::new("/"));
-    match protected.resolve(&parent.join(text), link)? {
+    match resolve_link(protected, link)? {
         Resolved::Exists(target) => {
             protected.protect(target.clone());
             Ok(Some(target))
@@ -419,6 +406,17 @@ pub(crate) fn protected_link_target(
     }
 }
 
+/// The target of the link at `link` (relative to the link's folder, as the kernel reads it),
+/// resolved by [`Protected::resolve`].
+fn resolve_link(protected: &Protected, link: &Path) -> Result<Resolved, PolicyError> {
+    let text = fs::read_link(link).map_err(|source| PolicyError::Canonicalize {
+        path: link.to_path_buf(),
+        source,
+    })?;
+    let parent = link.parent().unwrap_or(Path::new("/"));
+    protected.resolve(&parent.join(text), link)
+}
+
 /// Hooks that are links (`pre-commit -> ../../scripts/pre-commit`): git runs the target, so
 /// the target of every link directly inside the hooks folder `hooks` is protected.
 pub(crate) fn hook_links(protected: &mut Protected, hooks: &Path) -> Result<(), PolicyError> {
@@ -431,6 +429,21 @@ pub(crate) fn hook_links(protected: &mut Protected, hooks: &Path) -> Result<(), 
 /// The entries of `dir` that are symbolic links, with their names; none when `dir` does not
 /// exist or is not a folder.
 fn link_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, PolicyError> {
+    entries_of(dir, fs::FileType::is_symlink)
+}
+
+/// The real subdirectories (not links) of `dir`; none when `dir` does not exist.
+fn subdirs(dir: &Path) -> Result<Vec<PathBuf>, PolicyError> {
+    let dirs = entries_of(dir, fs::FileType::is_dir)?;
+    Ok(dirs.into_iter().map(|(_, path)| path).collect())
+}
+
+/// The entries of `dir` whose type (not followed) `keep` accepts, with their names, sorted;
+/// none when `dir` does not exist or is not a folder.
+fn entries_of(
+    dir: &Path,
+    keep: fn(&fs::FileType) -> bool,
+) -> Result<Vec<(String, PathBuf)>, PolicyError> {
     let list_error = |source| PolicyError::ReadDir {
         path: dir.to_path_buf(),
         source,
@@ -450,7 +463,7 @@ fn link_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, PolicyError> {
     let mut out = Vec::new();
     for entry in entries {
         let entry = entry.map_err(list_error)?;
-        if entry.file_type().map_err(list_error)?.is_symlink() {
+        if keep(&entry.file_type().map_err(list_error)?) {
             out.push((
                 entry.file_name().to_string_lossy().into_owned(),
                 entry.path(),
@@ -467,35 +480,6 @@ fn worktree_top(private: &Path) -> Option<PathBuf> {
     let text = read_pointer(&private.join("gitdir")).ok()?;
     let named = private.join(text);
     canonical_if_exists(named.parent()?).ok().flatten()
-}
-
-/// The real subdirectories (not links) of `dir`; none when `dir` does not exist.
-fn subdirs(dir: &Path) -> Result<Vec<PathBuf>, PolicyError> {
-    let list_error = |source| PolicyError::ReadDir {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-            ) =>
-        {
-            return Ok(Vec::new())
-        }
-        Err(e) => return Err(list_error(e)),
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(list_error)?;
-        if entry.file_type().map_err(list_error)?.is_dir() {
-            out.push(entry.path());
-        }
-    }
-    out.sort();
-    Ok(out)
 }
 
 /// Reads a git pointer file and strips the line ending git strips.

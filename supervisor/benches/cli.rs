@@ -250,6 +250,7 @@ fn main() {
             let empties: Vec<std::fs::File> = (0..bubblewrap::empty_files_needed(&policy))
                 .map(|_| tempfile::tempfile().unwrap())
                 .collect();
+            let binds = bubblewrap::reserve_binds(&policy).unwrap();
             let (pol, c) = (&policy, &cmd);
             variants.push(Variant {
                 name: "bwrap",
@@ -259,6 +260,7 @@ fn main() {
                     let fds = Fds {
                         seccomp: seccomp.as_raw_fd(),
                         empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
+                        binds: binds.iter().map(|f| f.as_raw_fd()).collect(),
                     };
                     run_ok(
                         &mut bubblewrap::bare_command(&bwrap, pol, &pol.project_root, c, &fds),

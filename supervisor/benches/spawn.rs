@@ -55,9 +55,11 @@ fn bare_bwrap<'a>(policy: &'a ExecPolicy, cmd: &'a CommandSpec) -> impl FnMut() 
     let empties: Vec<std::fs::File> = (0..bubblewrap::empty_files_needed(policy))
         .map(|_| file_with(b""))
         .collect();
+    let binds = bubblewrap::reserve_binds(policy).expect("reserve");
     let fds = Fds {
         seccomp: seccomp.as_raw_fd(),
         empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
+        binds: binds.iter().map(|f| f.as_raw_fd()).collect(),
     };
     let bwrap = bubblewrap::bwrap_path().expect("bwrap");
     move || {
@@ -66,7 +68,7 @@ fn bare_bwrap<'a>(policy: &'a ExecPolicy, cmd: &'a CommandSpec) -> impl FnMut() 
             .status()
             .expect("bwrap");
         assert!(st.success());
-        let _ = &empties;
+        let _ = (&empties, &binds);
     }
 }
 

@@ -1498,6 +1498,102 @@ fn command_main(plan: &NativePlan, sync: RawFd) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Opens `path` with `O_PATH` (close-on-exec) and places the handle at descriptor `fd`, for a
+/// bind whose source must be the place the policy named ([`open_path_no_links`]).
+fn hold_at(path: &CStr, fd: RawFd) -> Result<(), i32> {
+    let tmp = open_path_no_links(path)?;
+    if tmp == fd {
+        return Ok(());
+    }
+    // SAFETY: dup3 and close on integer descriptors.
+    let r = unsafe { libc::dup3(tmp, fd, libc::O_CLOEXEC) };
+    let e = errno();
+    // SAFETY: closing the temporary descriptor opened above.
+    unsafe { libc::close(tmp) };
+    if r < 0 {
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Opens the absolute `path` with `O_PATH` (close-on-exec) one component at a time, refusing
+/// a symbolic link in any of them (`ENOTDIR` on the way, `ELOOP` at the end). The policy's
+/// paths are canonical, so a link there now was put there after the policy was built: by a
+/// command running at the same time, which swaps a writable hole (`sub/.git/objects`) or a
+/// pinned folder for a link to the main repository's hooks or to the home, so that the
+/// read-write bind would land there. Async-signal-safe: no allocation.
+fn open_path_no_links(path: &CStr) -> Result<RawFd, i32> {
+    let bytes = path.to_bytes();
+    if bytes.first() != Some(&b'/') {
+        return Err(libc::EINVAL);
+    }
+    let close = |fd: RawFd| {
+        // SAFETY: closing a descriptor this function opened.
+        unsafe { libc::close(fd) };
+    };
+    // SAFETY: constant C string and flags.
+    let mut dir = unsafe {
+        libc::open(
+            c"/".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if dir < 0 {
+        return Err(errno());
+    }
+    let mut parts = bytes
+        .split(|b| *b == b'/')
+        .filter(|p| !p.is_empty())
+        .peekable();
+    let mut name = [0u8; 256];
+    while let Some(part) = parts.next() {
+        if part.len() >= name.len() {
+            close(dir);
+            return Err(libc::ENAMETOOLONG);
+        }
+        // A canonical path has neither `.` nor `..`; either would walk around the check.
+        if part == b"." || part == b".." {
+            close(dir);
+            return Err(libc::EINVAL);
+        }
+        name[..part.len()].copy_from_slice(part);
+        name[part.len()] = 0;
+        // `O_NOFOLLOW` with `O_PATH` opens a link as itself, which `O_DIRECTORY` refuses.
+        let on_the_way = if parts.peek().is_some() {
+            libc::O_DIRECTORY
+        } else {
+            0
+        };
+        // SAFETY: `dir` is open; `name` is NUL-terminated; flags are constants.
+        let next = unsafe {
+            libc::openat(
+                dir,
+                name.as_ptr().cast(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC | on_the_way,
+            )
+        };
+        let e = errno();
+        close(dir);
+        if next < 0 {
+            return Err(e);
+        }
+        dir = next;
+    }
+    // SAFETY: `stat` is plain integers; all-zero is a valid value for fstat to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `dir` is open and `st` is a valid stat buffer.
+    if unsafe { libc::fstat(dir, &mut st) } != 0 {
+        let e = errno();
+        close(dir);
+        return Err(e);
+    }
+    if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+        close(dir);
+        return Err(libc::ELOOP);
+    }
+    Ok(dir)
+}
+
 fn run_mount_step(step: &MountStep) -> Result<(), i32> {
     let null = std::ptr::null::<libc::c_char>();
     let check = |r: libc::c_int| if r != 0 { Err(errno()) } else { Ok(()) };
@@ -1608,30 +1704,7 @@ fn run_mount_step(step: &MountStep) -> Result<(), i32> {
                 )
             })
         }
-        MountStep::Hold { path, fd } => {
-            // SAFETY: valid C string; flags are constants.
-            let tmp = unsafe {
-                libc::open(
-                    path.as_ptr(),
-                    libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                )
-            };
-            if tmp < 0 {
-                return Err(errno());
-            }
-            if tmp == *fd {
-                return Ok(());
-            }
-            // SAFETY: dup3 and close on integer descriptors.
-            let r = unsafe { libc::dup3(tmp, *fd, libc::O_CLOEXEC) };
-            let e = errno();
-            // SAFETY: closing the temporary descriptor opened above.
-            unsafe { libc::close(tmp) };
-            if r < 0 {
-                return Err(e);
-            }
-            Ok(())
-        }
+        MountStep::Hold { path, fd } => hold_at(path, *fd),
         MountStep::Unlink { path } => check(
             // SAFETY: valid C string.
             unsafe { libc::unlink(path.as_ptr()) },
@@ -1899,14 +1972,18 @@ pub struct BwrapNamespaces {
 
 /// Install a `pre_exec` hook on a `std::process::Command` that, in the child, clears
 /// close-on-exec on `keep` (the descriptors bubblewrap reads, like `--add-seccomp-fd`), sets
-/// `RLIMIT_NPROC` when given, joins a cgroup by writing `0` to `cgroup_procs` when given, and
-/// makes the namespaces of [`BwrapNamespaces`] when given.
+/// `RLIMIT_NPROC` when given, joins a cgroup by writing `0` to `cgroup_procs` when given,
+/// makes the namespaces of [`BwrapNamespaces`] when given, and last (inside the staged view,
+/// if any) opens each path of `holds` at its descriptor (one the caller reserved), refusing a
+/// link in any component, for bwrap to bind from `/proc/self/fd/N`: it would follow a link in
+/// a path.
 pub fn bwrap_pre_exec(
     cmd: &mut std::process::Command,
     keep: Vec<RawFd>,
     nproc: Option<u64>,
     cgroup_procs: Option<CString>,
     namespaces: Option<BwrapNamespaces>,
+    holds: Vec<(CString, RawFd)>,
 ) {
     use std::os::unix::process::CommandExt;
     let hook = move || -> io::Result<()> {
@@ -1948,11 +2025,15 @@ pub fn bwrap_pre_exec(
                 bridge_handoff(bridge).map_err(|(_, e)| io::Error::from_raw_os_error(e))?;
             }
         }
+        for (path, fd) in &holds {
+            hold_at(path, *fd).map_err(io::Error::from_raw_os_error)?;
+            clear_cloexec(*fd)?;
+        }
         Ok(())
     };
     // SAFETY: the hook runs between fork and exec and only calls close_range, fcntl, setrlimit,
-    // open, write, read, close, unshare, mount, socket, ioctl, bind, listen and sendmsg on data
-    // captured before the fork; it allocates nothing.
+    // open, openat, fstat, dup3, write, read, close, unshare, mount, socket, ioctl, bind, listen
+    // and sendmsg on data captured before the fork; it allocates nothing.
     unsafe { cmd.pre_exec(hook) };
 }
 

@@ -724,3 +724,101 @@ fn a_linked_garuda_dir_is_refused_in_direct_mode() {
         assert!(scene.path(".garuda/settings.json").is_file());
     }
 }
+
+/// A command started earlier in the same project, which made `sub` and its repository (so they
+/// are writable to it), swaps a folder for a link between the next run's policy walk and its
+/// mounts: the hole `sub/.git/objects` for a link to the main repository's hooks or to the
+/// home, `sub/.git` or the pinned `sub` for a link to the home (where a `.git` with the same
+/// folders waits). A read-write bind that followed the link would open the main hooks (the
+/// host's git runs the hook) or the home (`.bashrc`) to the command. The test makes the swap
+/// itself, after building the policy and before running the command. Both sandboxes open every
+/// bind source at bind time one component at a time and refuse a link: the run does not start,
+/// with `ELOOP` for the link itself (`ENOTDIR` for one on the way in bwrap's spawn hook, where
+/// the read-only `sub/.git` is not opened by descriptor), and nothing lands. The negative
+/// control is the same swap and write on `host`: it lands.
+#[test]
+fn a_hole_or_pin_swapped_for_a_link_after_the_walk_is_refused_at_bind_time() {
+    if !require_git() {
+        return;
+    }
+    // (name, what is swapped, the link's text, where the command writes, landlock's and
+    // bwrap's errno)
+    let cases: [(&str, &str, &str, &str, [i32; 2]); 4] = [
+        (
+            "hole-to-hooks",
+            "sub/.git/objects",
+            "../../.git/hooks",
+            "sub/.git/objects/pre-commit",
+            [libc::ELOOP, libc::ELOOP],
+        ),
+        (
+            "hole-to-home",
+            "sub/.git/objects",
+            "../../../home",
+            "sub/.git/objects/.bashrc",
+            [libc::ELOOP, libc::ELOOP],
+        ),
+        (
+            "git-dir-to-home",
+            "sub/.git",
+            "../../home/.git",
+            "sub/.git/objects/planted",
+            [libc::ELOOP, libc::ENOTDIR],
+        ),
+        (
+            "pin-to-home",
+            "sub",
+            "../home",
+            "sub/.bashrc",
+            [libc::ELOOP, libc::ELOOP],
+        ),
+    ];
+    for kind in SANDBOXES.into_iter().chain([ExecutorKind::Host]) {
+        if !available(kind) {
+            continue;
+        }
+        for (name, swapped, link, written, errnos) in cases {
+            let scene = Scene::new(name, kind);
+            scene.git_ok(&["init", "-q", "sub"]);
+            for hole in ["objects", "refs", "logs"] {
+                fs::create_dir_all(scene.home.join(".git").join(hole)).unwrap();
+            }
+            let policy = scene.policy(false).unwrap();
+            assert!(policy
+                .writable_holes
+                .contains(&scene.path("sub/.git/objects")));
+            fs::rename(scene.path(swapped), scene.base.join("moved-away")).unwrap();
+            symlink(link, scene.path(swapped)).unwrap();
+            let landed = scene
+                .path(swapped)
+                .parent()
+                .unwrap()
+                .join(link)
+                .join(Path::new(written).strip_prefix(swapped).unwrap());
+            assert!(!landed.exists());
+            let result = executor_of(kind).run(
+                &CommandSpec::new(probe(&[&"put", &written, &scene.hook()])),
+                &policy,
+                StdioMode::Capture,
+            );
+            if kind.is_sandbox() {
+                let errno = errnos[usize::from(kind == ExecutorKind::Bubblewrap)];
+                let e = result.err().map(|e| e.to_string()).unwrap_or_default();
+                assert!(
+                    e.contains(&format!("(os error {errno})")),
+                    "{kind} {name}: want a refusal with errno {errno}, got {e:?}"
+                );
+                assert!(!landed.exists(), "{kind} {name}: the write landed");
+                assert!(!scene.host_git_runs_the_hook(), "{kind} {name}");
+            } else {
+                let out = result.unwrap();
+                assert_eq!(text(&out.stdout.bytes), "ok\n", "host {name}: {out:?}");
+                assert!(landed.exists(), "host {name}: the control must land");
+            }
+            eprintln!(
+                "git_metadata {kind}: {name:<16} swapped after the walk: refused = {}",
+                kind.is_sandbox()
+            );
+        }
+    }
+}

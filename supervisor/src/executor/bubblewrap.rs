@@ -20,7 +20,7 @@
 
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -44,6 +44,10 @@ pub struct Fds {
     pub seccomp: i32,
     /// One empty file per unreadable file (bwrap consumes each descriptor it reads).
     pub empty: Vec<i32>,
+    /// One reserved descriptor per path of [`rw_binds`], in its order: the spawn hook opens
+    /// the path there (refusing a link in any component) and bwrap binds it
+    /// (`--bind /proc/self/fd/N`).
+    pub binds: Vec<i32>,
 }
 
 /// The bwrap arguments (without the program name) for `cmd` under `policy`.
@@ -74,6 +78,7 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
         "ALL".as_ref(),
     ]);
     let mut empty = fds.empty.iter();
+    let mut binds = fds.binds.iter();
     let ops = layout(policy);
     // Unit tests only: the mount-layer mistake of `layout::fault` (bwrap has no second wall).
     #[cfg(test)]
@@ -90,8 +95,16 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
                 "--remount-ro".as_ref(),
                 p.as_os_str(),
             ]),
-            Op::Writable(p) | Op::Pin(p) | Op::WritableHole(p) => {
-                push(&["--bind".as_ref(), p.as_os_str(), p.as_os_str()])
+            Op::Writable(p) => push(&["--bind".as_ref(), p.as_os_str(), p.as_os_str()]),
+            // Inside a writable root: a command running at the same time could have swapped
+            // the folder for a link (to the main repository's hooks, to the home) since the
+            // policy was built, and bwrap follows links in a source path. The source is the
+            // spawn hook's handle instead, which holds no link (`--bind-fd` would do the same,
+            // but bwrap has it only since 0.10). A missing handle names no file: bwrap fails.
+            Op::Pin(p) | Op::WritableHole(p) => {
+                let fd = binds.next().map_or(-1, |fd| *fd);
+                let source = format!("/proc/self/fd/{fd}");
+                push(&["--bind".as_ref(), source.as_ref(), p.as_os_str()])
             }
             Op::ReadOnly(p) => push(&["--ro-bind".as_ref(), p.as_os_str(), p.as_os_str()]),
             Op::UnreadableDir(p) => push(&[
@@ -126,6 +139,43 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
     ]);
     a.extend(cmd.argv.iter().cloned());
     a
+}
+
+/// The read-write binds inside writable roots ([`Op::Pin`], [`Op::WritableHole`]), in the
+/// order [`argv`] uses [`Fds::binds`] for them.
+pub fn rw_binds(policy: &ExecPolicy) -> Vec<PathBuf> {
+    layout(policy)
+        .into_iter()
+        .filter_map(|op| match op {
+            Op::Pin(p) | Op::WritableHole(p) => Some(p),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Reserves one descriptor per path of [`rw_binds`] for [`Fds::binds`] (close-on-exec: the
+/// spawn hook puts the path's handle in its place).
+pub fn reserve_binds(policy: &ExecPolicy) -> std::io::Result<Vec<OwnedFd>> {
+    rw_binds(policy)
+        .iter()
+        .map(|_| sys::open_read(c"/dev/null"))
+        .collect()
+}
+
+/// The paths of [`rw_binds`] paired with the descriptors of `binds`, for the spawn hook.
+fn holds(policy: &ExecPolicy, binds: &[i32]) -> Vec<(CString, i32)> {
+    rw_binds(policy)
+        .into_iter()
+        .zip(binds)
+        // A canonical path has no NUL byte; if one had, the empty path makes the hook fail
+        // (`EINVAL`), never a bind by name.
+        .map(|(p, fd)| {
+            (
+                CString::new(p.into_os_string().into_vec()).unwrap_or_default(),
+                *fd,
+            )
+        })
+        .collect()
 }
 
 /// How many empty-file descriptors [`argv`] needs.
@@ -325,7 +375,8 @@ pub fn bare_command(
         .envs(policy.command_env());
     let mut keep = fds.empty.clone();
     keep.push(fds.seccomp);
-    sys::bwrap_pre_exec(&mut command, keep, None, None, None);
+    let holds = holds(policy, &fds.binds);
+    sys::bwrap_pre_exec(&mut command, keep, None, None, None, holds);
     command
 }
 
@@ -380,9 +431,11 @@ impl Executor for BubblewrapExecutor {
             .map(|_| sys::memfd_with(c"garuda-empty", b""))
             .collect::<Result<_, _>>()
             .map_err(setup("empty-file memfd"))?;
+        let reserved = reserve_binds(policy).map_err(setup("reserve bind descriptors"))?;
         let fds = Fds {
             seccomp: seccomp_fd.as_raw_fd(),
             empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
+            binds: reserved.iter().map(|f| f.as_raw_fd()).collect(),
         };
         let mut command = Command::new(&bwrap);
         command
@@ -425,7 +478,8 @@ impl Executor for BubblewrapExecutor {
             mount,
             bridge: bridge_plan,
         });
-        sys::bwrap_pre_exec(&mut command, keep, nproc, cgroup_procs, namespaces);
+        let holds = holds(policy, &fds.binds);
+        sys::bwrap_pre_exec(&mut command, keep, nproc, cgroup_procs, namespaces, holds);
         if stdio == StdioMode::Capture {
             command
                 .stdin(Stdio::null())
@@ -456,6 +510,7 @@ impl Executor for BubblewrapExecutor {
         drop(theirs);
         drop(seccomp_fd);
         drop(empties);
+        drop(reserved);
         let received = receiving.map(|thread| {
             thread.join().unwrap_or_else(|_| {
                 Err(netbridge::BridgeError::Start(std::io::Error::other(
@@ -544,6 +599,7 @@ mod tests {
         let fds = Fds {
             seccomp: 7,
             empty: vec![9],
+            binds: vec![11, 12],
         };
         argv(&policy, &root, &cmd, &fds)
             .into_iter()
@@ -568,10 +624,10 @@ mod tests {
             "--tmpfs", "/tmp",
             "--tmpfs", "/run", "--remount-ro", "/run",
             "--bind", "$ROOT", "$ROOT",
-            "--bind", "$ROOT/sub", "$ROOT/sub",
+            "--bind", "/proc/self/fd/11", "$ROOT/sub",
             "--ro-bind", "$ROOT/.git", "$ROOT/.git",
             "--ro-bind", "$ROOT/sub/.git", "$ROOT/sub/.git",
-            "--bind", "$ROOT/.git/objects", "$ROOT/.git/objects",
+            "--bind", "/proc/self/fd/12", "$ROOT/.git/objects",
             "--perms", "0000", "--ro-bind-data", "9", "$ROOT/.env",
             "--chdir", "$ROOT",
             "--add-seccomp-fd", "7",
@@ -597,10 +653,10 @@ mod tests {
             "--tmpfs", "/tmp",
             "--tmpfs", "/run", "--remount-ro", "/run",
             "--bind", "$ROOT", "$ROOT",
-            "--bind", "$ROOT/sub", "$ROOT/sub",
+            "--bind", "/proc/self/fd/11", "$ROOT/sub",
             "--ro-bind", "$ROOT/.git", "$ROOT/.git",
             "--ro-bind", "$ROOT/sub/.git", "$ROOT/sub/.git",
-            "--bind", "$ROOT/.git/objects", "$ROOT/.git/objects",
+            "--bind", "/proc/self/fd/12", "$ROOT/.git/objects",
             "--perms", "0000", "--ro-bind-data", "9", "$ROOT/.env",
             "--chdir", "$ROOT",
             "--add-seccomp-fd", "7",
