@@ -338,8 +338,10 @@ pub(crate) fn lock_free_lane(dir: &Path, uid: u32) -> Result<LockedLane, AuditEr
             created: !existed,
         });
     }
-    Err(AuditError::Locked {
-        path: dir.join(journal_file_name(MAX_LANES - 1)),
+    // Fail closed, and say why: more sessions at once than lanes is not "another writer".
+    Err(AuditError::LanesFull {
+        dir: dir.to_path_buf(),
+        lanes: MAX_LANES,
     })
 }
 

@@ -320,3 +320,62 @@ fn a_new_sessions_first_line_cut_by_a_crash_is_a_torn_tail() {
     env.session(1, true);
     assert_outcome(&env.verify(), Outcome::Verified);
 }
+
+/// A project has at most 64 lanes (sessions running at once in it). The 65th session fails
+/// closed with an error that says why, and makes no 65th journal. Negative control: the 64th
+/// session opens (lane 63), and once one session closes, the next one opens in its lane.
+#[test]
+fn a_65th_concurrent_session_fails_closed_with_a_clear_error() {
+    let env = Env::new();
+    let mut held: Vec<SessionWriter> = (0..64)
+        .map(|_| SessionWriter::open(&env.cfg, json!({})).unwrap())
+        .collect();
+    assert_eq!(held[63].path(), env.dir().join("journal.63.jsonl"));
+    let err = SessionWriter::open(&env.cfg, json!({})).unwrap_err();
+    assert!(
+        matches!(err, garuda_audit::AuditError::LanesFull { lanes: 64, .. }),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: all 64 journal lanes of this project are held by running sessions; wait for one to end",
+            env.dir().display()
+        )
+    );
+    assert!(!env.dir().join("journal.64.jsonl").exists());
+    held.remove(5).close(json!({})).unwrap();
+    let w = SessionWriter::open(&env.cfg, json!({})).unwrap();
+    assert_eq!(w.path(), env.dir().join("journal.5.jsonl"));
+    held.push(w);
+    for w in held {
+        w.close(json!({})).unwrap();
+    }
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Verified);
+    assert_eq!(r.sessions.len(), 65);
+}
+
+/// A lane's journal replaced by a link (here lane 1, taken while lane 0 is held) is refused,
+/// not followed and not skipped. Negative control: without the link the same open takes lane 1.
+#[test]
+fn a_link_planted_as_a_lane_journal_is_refused() {
+    let env = Env::new();
+    env.session(1, true);
+    let a = SessionWriter::open(&env.cfg, json!({})).unwrap();
+    let lane1 = env.dir().join("journal.1.jsonl");
+    let victim = env.tmp.path().join("victim");
+    fs::write(&victim, b"").unwrap();
+    std::os::unix::fs::symlink(&victim, &lane1).unwrap();
+    let err = SessionWriter::open(&env.cfg, json!({})).unwrap_err();
+    assert!(
+        matches!(err, garuda_audit::AuditError::Symlink { ref path } if *path == lane1),
+        "{err}"
+    );
+    assert_eq!(fs::read(&victim).unwrap(), b"");
+    fs::remove_file(&lane1).unwrap();
+    let b = SessionWriter::open(&env.cfg, json!({})).unwrap();
+    assert_eq!(b.path(), lane1);
+    b.close(json!({})).unwrap();
+    a.close(json!({})).unwrap();
+}
