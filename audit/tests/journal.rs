@@ -379,3 +379,36 @@ fn a_link_planted_as_a_lane_journal_is_refused() {
     b.close(json!({})).unwrap();
     a.close(json!({})).unwrap();
 }
+
+/// The writer's quick path (a tail state it believes) reads from the journal's last recorded
+/// line on. A complete line appended after a closed session, before the next session's start,
+/// is no session's: the next writer records it (AFTER_END in its `found_at_start`), as its
+/// slow path, which checks every session, does. Control: a run after a clean close records
+/// nothing.
+#[test]
+fn a_line_after_the_tail_states_end_is_recorded_by_the_next_writer() {
+    let env = Env::new();
+    env.session(2, true);
+    let path = journal(&env);
+    env.session(1, true);
+    let found = |k: usize| start_event(&path, k)["found_at_start"].clone();
+    assert_eq!(found(1), serde_json::Value::Null, "the control");
+    let mut lines = read_lines(&path);
+    let last = lines.last().unwrap().clone();
+    lines.push(last);
+    write_lines(&path, &lines);
+    assert!(path.with_extension("tail").exists());
+    env.session(1, true);
+    let f = found(2);
+    assert_eq!(f[0]["code"], "AFTER_END", "{f}");
+    assert!(
+        f[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("1 line(s) after the end the lane's tail state records"),
+        "{f}"
+    );
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::FoundAtStart, Some(start_line(&path)), Some(&path));
+}
