@@ -208,6 +208,7 @@ fn other_lane(
                         &h,
                         &secret.index_key(ctx.dir_name, &seg.session),
                         ctx.uid,
+                        false,
                     );
                     if written.is_ok() {
                         found = Some(Attest {

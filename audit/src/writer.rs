@@ -683,8 +683,11 @@ impl SessionWriter {
     /// The journal layout's close, after the final seal is on disk: retention, the register's
     /// record of the lane, the lane's tail state. None of it is synced (see docs/audit.md,
     /// "Syncs"): each names only lines already on disk, and a lost one is rebuilt by the next
-    /// writer from the files.
+    /// writer from the files. Except after a prune: records from before it name lines of the
+    /// journal it replaced, which read as cut from this one (TRUNCATED), so the register line
+    /// and the tail state that name the pruned journal are synced right after its rename.
     fn close_journal(&mut self) -> Result<(), AuditError> {
+        let mut pruned = false;
         if let Some(j) = &mut self.journal {
             j.sessions += 1;
             j.unchecked = j.unchecked.saturating_add(1);
@@ -722,6 +725,7 @@ impl SessionWriter {
                     j.lines = p.lines;
                     j.last_at = p.last_at;
                     j.sessions = p.sessions;
+                    pruned = true;
                 }
             }
         }
@@ -751,7 +755,7 @@ impl SessionWriter {
             },
             &self.register_key,
             &j.tail_key,
-            false,
+            pruned && self.fsync,
         )?;
         drop(register);
         let tail = TailEvent {
@@ -772,6 +776,7 @@ impl SessionWriter {
             &self.prev,
             &self.index_key,
             self.uid,
+            pruned && self.fsync,
         )
     }
 
