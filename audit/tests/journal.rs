@@ -412,3 +412,49 @@ fn a_line_after_the_tail_states_end_is_recorded_by_the_next_writer() {
     assert_outcome(&r, Outcome::Tampered);
     assert_finding(&r, Code::FoundAtStart, Some(start_line(&path)), Some(&path));
 }
+
+/// The torn-tail rule reads only the beginning of a `session_start` line after the journal's
+/// last, closed session as a crash's. The same cut line, once its type shows and is not
+/// `session_start`, is someone's bytes: AFTER_END (the rule's control in its second branch;
+/// `tamper.rs` `bytes_after_a_closed_sessions_final_seal_are_after_end` covers a line that
+/// does not begin like a first line at all).
+#[test]
+fn a_cut_line_of_another_type_after_the_last_session_is_after_end() {
+    let env = Env::new();
+    env.session(2, true);
+    let path = journal(&env);
+    let clean = fs::read(&path).unwrap();
+    let head =
+        br#"{"v":1,"seq":0,"epoch":0,"time":"2026-01-01T00:00:00.000Z","prev":"00","type":""#;
+    for (kind, torn) in [
+        ("session_st", true),
+        ("session_start\",\"ev", true),
+        ("command_intent", false),
+        ("x", false),
+    ] {
+        let mut data = clean.clone();
+        data.extend_from_slice(head);
+        data.extend_from_slice(kind.as_bytes());
+        fs::write(&path, &data).unwrap();
+        let r = env.verify();
+        if torn {
+            assert_outcome(&r, Outcome::Verified);
+            assert!(
+                r.findings.iter().any(|f| f.code == Code::TornTail),
+                "{kind}: {}",
+                r.render_text()
+            );
+        } else {
+            assert_outcome(&r, Outcome::Tampered);
+            assert!(
+                r.findings.iter().any(|f| f.code == Code::AfterEnd),
+                "{kind}: {}",
+                r.render_text()
+            );
+            assert!(
+                !r.findings.iter().any(|f| f.code == Code::TornTail),
+                "{kind}"
+            );
+        }
+    }
+}
