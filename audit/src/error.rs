@@ -103,6 +103,19 @@ pub enum AuditError {
         path: PathBuf,
     },
 
+    /// Every journal lane of a project is held by a running session: no new session can be
+    /// recorded there until one of them closes (or its process dies).
+    #[error(
+        "{}: all {lanes} journal lanes of this project are held by running sessions; wait for one to end",
+        dir.display()
+    )]
+    LanesFull {
+        /// The project's audit folder.
+        dir: PathBuf,
+        /// How many lanes a project may have.
+        lanes: u64,
+    },
+
     /// The event kind passed to `append` is not allowed.
     #[error("event kind {kind:?} is invalid ({reason})")]
     InvalidKind {

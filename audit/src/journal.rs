@@ -184,8 +184,8 @@ pub(crate) fn read_tail<T: DeserializeOwned>(
     })
 }
 
-/// Writes a tail state in place (no temporary file, no sync: it is a cache, checked against the
-/// file it describes before it is believed).
+/// Writes a tail state in place (no temporary file, and no sync unless `sync`: it is a cache,
+/// checked against the file it describes before it is believed).
 pub(crate) fn write_tail(
     path: &Path,
     kind: &str,
@@ -193,6 +193,7 @@ pub(crate) fn write_tail(
     head: &Hash,
     key: &MacKey,
     uid: u32,
+    sync: bool,
 ) -> Result<(), AuditError> {
     let mut buf = Vec::with_capacity(512);
     line::build(
@@ -228,6 +229,9 @@ pub(crate) fn write_tail(
         .map_err(|e| AuditError::io(path, e))?;
     file.set_len(buf.len() as u64)
         .map_err(|e| AuditError::io(path, e))?;
+    if sync {
+        file.sync_data().map_err(|e| AuditError::io(path, e))?;
+    }
     Ok(())
 }
 
@@ -338,8 +342,10 @@ pub(crate) fn lock_free_lane(dir: &Path, uid: u32) -> Result<LockedLane, AuditEr
             created: !existed,
         });
     }
-    Err(AuditError::Locked {
-        path: dir.join(journal_file_name(MAX_LANES - 1)),
+    // Fail closed, and say why: more sessions at once than lanes is not "another writer".
+    Err(AuditError::LanesFull {
+        dir: dir.to_path_buf(),
+        lanes: MAX_LANES,
     })
 }
 

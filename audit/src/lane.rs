@@ -208,6 +208,7 @@ fn other_lane(
                         &h,
                         &secret.index_key(ctx.dir_name, &seg.session),
                         ctx.uid,
+                        false,
                     );
                     if written.is_ok() {
                         found = Some(Attest {
@@ -308,6 +309,28 @@ pub(crate) fn start(
         .filter(|s| !s.session.is_empty())
         .cloned()
         .collect();
+    if let (Some(t), Some(s)) = (&tail, segs.first().filter(|s| s.session.is_empty())) {
+        // The fast path: the first segment starts with the tail's last line. A closed (or
+        // recovered) session writes nothing after that line, and the next session starts
+        // with a session_start: complete lines in between are someone else's, as the slow
+        // path (which checks every session) finds too.
+        let after = split_lines(s.data).0;
+        if fast.is_some() && after.len() > 1 {
+            found.push(
+                Finding::new(
+                    &path,
+                    Code::AfterEnd,
+                    Severity::Error,
+                    format!(
+                        "{} line(s) after the end the lane's tail state records (session {})",
+                        after.len() - 1,
+                        t.event.session
+                    ),
+                )
+                .at(Some(base_off + after[1].0), base_line + 2),
+            );
+        }
+    }
     if fast.is_none() {
         if let Some(s) = segs.first().filter(|s| s.session.is_empty()) {
             // Lines before the first session: a retention record is fine (verify checks it),

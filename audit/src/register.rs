@@ -520,6 +520,7 @@ impl LockedRegister {
             &self.view.head,
             tail_key,
             self.uid,
+            false,
         )
     }
 }

@@ -159,6 +159,18 @@ struct JournalState {
     unchecked: u64,
 }
 
+/// Where a new writer writes (see `SessionWriter::assemble`).
+struct Place {
+    uid: u32,
+    dir: PathBuf,
+    path: PathBuf,
+    file: File,
+    reg_path: PathBuf,
+    index_key: MacKey,
+    register_key: MacKey,
+    journal: Option<JournalState>,
+}
+
 impl std::fmt::Debug for SessionWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionWriter")
@@ -331,40 +343,29 @@ impl SessionWriter {
             .file
             .try_clone()
             .map_err(|e| AuditError::io(&path, e))?;
-        let prev = match &st.prev_session {
-            Some(a) if matches!(a.state, AttestState::Closed | AttestState::Recovered) => {
-                a.head_hash().unwrap_or(ZERO_HASH)
-            }
-            _ => ZERO_HASH,
-        };
         let lane = lock.lane;
-        let mut w = SessionWriter {
+        let first = StartEvent {
+            session: id,
+            project: dir_name,
+            key_id,
+            checkpoints: cfg.checkpoints,
+            witness: cfg.witness.is_some(),
+            prev_session: st.prev_session,
+            recovered: st.recovered,
+            info: Value::Null,
+            register: None,
+            found_at_start,
+            unverified: st.unverified,
+            legacy_index: st.legacy_index,
+        };
+        let place = Place {
             uid,
-            origin: checkpoint::origin(&dir_name, &id),
-            dir: dir.clone(),
+            dir,
             path,
             file,
-            key: secret.session_key(&dir_name, &id),
+            reg_path,
             index_key,
             register_key,
-            reg_path,
-            project: dir_name.clone(),
-            key_id: key_id.clone(),
-            id: id.clone(),
-            checkpoints: cfg.checkpoints,
-            witness: cfg.witness.clone(),
-            fsync: cfg.fsync,
-            max_lines: cfg.epoch_max_lines,
-            max_age: cfg.epoch_max_age,
-            seq: 0,
-            prev,
-            epoch_lines: 0,
-            epoch_started: Instant::now(),
-            compact: Compact::new(),
-            tree: cfg.witness.as_ref().map(|_| Tree::new()),
-            witness_size: 0,
-            poisoned: None,
-            buf: Vec::with_capacity(1024),
             journal: Some(JournalState {
                 tail_key,
                 lock,
@@ -380,42 +381,17 @@ impl SessionWriter {
                 unchecked: st.unchecked,
             }),
         };
+        let mut w = Self::assemble(cfg, &secret, &first, place);
         drop(secret);
         // The derivations above ran in deeper frames, now dead: overwrite them.
         wipe_stack();
-        let mut info = start;
-        redact_value(&mut info);
-        let ev = to_value(&StartEvent {
-            session: id,
-            project: dir_name,
-            key_id,
-            checkpoints: cfg.checkpoints,
-            witness: cfg.witness.is_some(),
-            prev_session: st.prev_session,
-            recovered: st.recovered,
-            info,
-            register: None,
-            found_at_start,
-            unverified: st.unverified,
-            legacy_index: st.legacy_index,
-        });
         // Not synced: the caller's durable intent (same file) makes it durable with itself.
-        w.write_line(KIND_START, &ev)?;
-        w.epoch_lines += 1;
+        w.write_start(first, start)?;
         Ok(w)
     }
 
     fn open_legacy(cfg: &AuditConfig, start: Value) -> Result<SessionWriter, AuditError> {
-        if cfg.epoch_max_lines == 0 {
-            return Err(AuditError::Config {
-                reason: "epoch_max_lines must be at least 1",
-            });
-        }
-        if cfg.epoch_max_age.is_zero() {
-            return Err(AuditError::Config {
-                reason: "epoch_max_age must be more than zero",
-            });
-        }
+        Self::check_config(cfg)?;
         let uid = fsx::current_uid()?;
         let secret = InstallSecret::load_or_create(&cfg.keys_dir)?;
         fsx::ensure_private_dir(&cfg.audit_root, uid)?;
@@ -513,25 +489,71 @@ impl SessionWriter {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(AuditError::io(&path, e)),
         }
-        let prev = match &prev_session {
+        let first = StartEvent {
+            session: id,
+            project: dir_name,
+            key_id,
+            checkpoints: cfg.checkpoints,
+            witness: cfg.witness.is_some(),
+            prev_session,
+            recovered,
+            info: Value::Null,
+            register: Some(register_seq),
+            found_at_start,
+            unverified,
+            legacy_index: None,
+        };
+        let place = Place {
+            uid,
+            dir,
+            path,
+            file,
+            reg_path,
+            index_key,
+            register_key,
+            journal: None,
+        };
+        let mut w = Self::assemble(cfg, &secret, &first, place);
+        drop(secret);
+        // The derivations above ran in deeper frames, now dead: overwrite them.
+        wipe_stack();
+        w.write_start(first, start)?;
+        if w.fsync {
+            w.sync()?;
+            fsx::fsync_dir(&w.dir)?;
+        }
+        drop(index);
+        Ok(w)
+    }
+
+    /// The writer both layouts' `open` build, before its first line: the session's key
+    /// derived, and `prev` the previous session's final head when it ended (closed, or its
+    /// writer died and its lines were recovered), else zeros.
+    fn assemble(
+        cfg: &AuditConfig,
+        secret: &InstallSecret,
+        first: &StartEvent,
+        at: Place,
+    ) -> SessionWriter {
+        let prev = match &first.prev_session {
             Some(a) if matches!(a.state, AttestState::Closed | AttestState::Recovered) => {
                 a.head_hash().unwrap_or(ZERO_HASH)
             }
             _ => ZERO_HASH,
         };
-        let mut w = SessionWriter {
-            uid,
-            origin: checkpoint::origin(&dir_name, &id),
-            dir: dir.clone(),
-            path,
-            file,
-            key: secret.session_key(&dir_name, &id),
-            index_key,
-            register_key,
-            reg_path,
-            project: dir_name.clone(),
-            key_id: key_id.clone(),
-            id: id.clone(),
+        SessionWriter {
+            uid: at.uid,
+            origin: checkpoint::origin(&first.project, &first.session),
+            dir: at.dir,
+            path: at.path,
+            file: at.file,
+            key: secret.session_key(&first.project, &first.session),
+            index_key: at.index_key,
+            register_key: at.register_key,
+            reg_path: at.reg_path,
+            project: first.project.clone(),
+            key_id: first.key_id.clone(),
+            id: first.session.clone(),
             checkpoints: cfg.checkpoints,
             witness: cfg.witness.clone(),
             fsync: cfg.fsync,
@@ -546,35 +568,19 @@ impl SessionWriter {
             witness_size: 0,
             poisoned: None,
             buf: Vec::with_capacity(1024),
-            journal: None,
-        };
-        drop(secret);
-        // The derivations above ran in deeper frames, now dead: overwrite them.
-        wipe_stack();
+            journal: at.journal,
+        }
+    }
+
+    /// Writes the session's first line: `first`, with the caller's start event (redacted) as
+    /// its `info`.
+    fn write_start(&mut self, mut first: StartEvent, start: Value) -> Result<(), AuditError> {
         let mut info = start;
         redact_value(&mut info);
-        let ev = to_value(&StartEvent {
-            session: id,
-            project: dir_name,
-            key_id,
-            checkpoints: cfg.checkpoints,
-            witness: cfg.witness.is_some(),
-            prev_session,
-            recovered,
-            info,
-            register: Some(register_seq),
-            found_at_start,
-            unverified,
-            legacy_index: None,
-        });
-        w.write_line(KIND_START, &ev)?;
-        w.epoch_lines += 1;
-        if w.fsync {
-            w.sync()?;
-            fsx::fsync_dir(&dir)?;
-        }
-        drop(index);
-        Ok(w)
+        first.info = info;
+        self.write_line(KIND_START, &to_value(&first))?;
+        self.epoch_lines += 1;
+        Ok(())
     }
 
     /// This session's id.
@@ -683,8 +689,11 @@ impl SessionWriter {
     /// The journal layout's close, after the final seal is on disk: retention, the register's
     /// record of the lane, the lane's tail state. None of it is synced (see docs/audit.md,
     /// "Syncs"): each names only lines already on disk, and a lost one is rebuilt by the next
-    /// writer from the files.
+    /// writer from the files. Except after a prune: records from before it name lines of the
+    /// journal it replaced, which read as cut from this one (TRUNCATED), so the register line
+    /// and the tail state that name the pruned journal are synced right after its rename.
     fn close_journal(&mut self) -> Result<(), AuditError> {
+        let mut pruned = false;
         if let Some(j) = &mut self.journal {
             j.sessions += 1;
             j.unchecked = j.unchecked.saturating_add(1);
@@ -722,6 +731,7 @@ impl SessionWriter {
                     j.lines = p.lines;
                     j.last_at = p.last_at;
                     j.sessions = p.sessions;
+                    pruned = true;
                 }
             }
         }
@@ -751,7 +761,7 @@ impl SessionWriter {
             },
             &self.register_key,
             &j.tail_key,
-            false,
+            pruned && self.fsync,
         )?;
         drop(register);
         let tail = TailEvent {
@@ -772,6 +782,7 @@ impl SessionWriter {
             &self.prev,
             &self.index_key,
             self.uid,
+            pruned && self.fsync,
         )
     }
 

@@ -320,3 +320,141 @@ fn a_new_sessions_first_line_cut_by_a_crash_is_a_torn_tail() {
     env.session(1, true);
     assert_outcome(&env.verify(), Outcome::Verified);
 }
+
+/// A project has at most 64 lanes (sessions running at once in it). The 65th session fails
+/// closed with an error that says why, and makes no 65th journal. Negative control: the 64th
+/// session opens (lane 63), and once one session closes, the next one opens in its lane.
+#[test]
+fn a_65th_concurrent_session_fails_closed_with_a_clear_error() {
+    let env = Env::new();
+    let mut held: Vec<SessionWriter> = (0..64)
+        .map(|_| SessionWriter::open(&env.cfg, json!({})).unwrap())
+        .collect();
+    assert_eq!(held[63].path(), env.dir().join("journal.63.jsonl"));
+    let err = SessionWriter::open(&env.cfg, json!({})).unwrap_err();
+    assert!(
+        matches!(err, garuda_audit::AuditError::LanesFull { lanes: 64, .. }),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: all 64 journal lanes of this project are held by running sessions; wait for one to end",
+            env.dir().display()
+        )
+    );
+    assert!(!env.dir().join("journal.64.jsonl").exists());
+    held.remove(5).close(json!({})).unwrap();
+    let w = SessionWriter::open(&env.cfg, json!({})).unwrap();
+    assert_eq!(w.path(), env.dir().join("journal.5.jsonl"));
+    held.push(w);
+    for w in held {
+        w.close(json!({})).unwrap();
+    }
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Verified);
+    assert_eq!(r.sessions.len(), 65);
+}
+
+/// A lane's journal replaced by a link (here lane 1, taken while lane 0 is held) is refused,
+/// not followed and not skipped. Negative control: without the link the same open takes lane 1.
+#[test]
+fn a_link_planted_as_a_lane_journal_is_refused() {
+    let env = Env::new();
+    env.session(1, true);
+    let a = SessionWriter::open(&env.cfg, json!({})).unwrap();
+    let lane1 = env.dir().join("journal.1.jsonl");
+    let victim = env.tmp.path().join("victim");
+    fs::write(&victim, b"").unwrap();
+    std::os::unix::fs::symlink(&victim, &lane1).unwrap();
+    let err = SessionWriter::open(&env.cfg, json!({})).unwrap_err();
+    assert!(
+        matches!(err, garuda_audit::AuditError::Symlink { ref path } if *path == lane1),
+        "{err}"
+    );
+    assert_eq!(fs::read(&victim).unwrap(), b"");
+    fs::remove_file(&lane1).unwrap();
+    let b = SessionWriter::open(&env.cfg, json!({})).unwrap();
+    assert_eq!(b.path(), lane1);
+    b.close(json!({})).unwrap();
+    a.close(json!({})).unwrap();
+}
+
+/// The writer's quick path (a tail state it believes) reads from the journal's last recorded
+/// line on. A complete line appended after a closed session, before the next session's start,
+/// is no session's: the next writer records it (AFTER_END in its `found_at_start`), as its
+/// slow path, which checks every session, does. Control: a run after a clean close records
+/// nothing.
+#[test]
+fn a_line_after_the_tail_states_end_is_recorded_by_the_next_writer() {
+    let env = Env::new();
+    env.session(2, true);
+    let path = journal(&env);
+    env.session(1, true);
+    let found = |k: usize| start_event(&path, k)["found_at_start"].clone();
+    assert_eq!(found(1), serde_json::Value::Null, "the control");
+    let mut lines = read_lines(&path);
+    let last = lines.last().unwrap().clone();
+    lines.push(last);
+    write_lines(&path, &lines);
+    assert!(path.with_extension("tail").exists());
+    env.session(1, true);
+    let f = found(2);
+    assert_eq!(f[0]["code"], "AFTER_END", "{f}");
+    assert!(
+        f[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("1 line(s) after the end the lane's tail state records"),
+        "{f}"
+    );
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::FoundAtStart, Some(start_line(&path)), Some(&path));
+}
+
+/// The torn-tail rule reads only the beginning of a `session_start` line after the journal's
+/// last, closed session as a crash's. The same cut line, once its type shows and is not
+/// `session_start`, is someone's bytes: AFTER_END (the rule's control in its second branch;
+/// `tamper.rs` `bytes_after_a_closed_sessions_final_seal_are_after_end` covers a line that
+/// does not begin like a first line at all).
+#[test]
+fn a_cut_line_of_another_type_after_the_last_session_is_after_end() {
+    let env = Env::new();
+    env.session(2, true);
+    let path = journal(&env);
+    let clean = fs::read(&path).unwrap();
+    let head =
+        br#"{"v":1,"seq":0,"epoch":0,"time":"2026-01-01T00:00:00.000Z","prev":"00","type":""#;
+    for (kind, torn) in [
+        ("session_st", true),
+        ("session_start\",\"ev", true),
+        ("command_intent", false),
+        ("x", false),
+    ] {
+        let mut data = clean.clone();
+        data.extend_from_slice(head);
+        data.extend_from_slice(kind.as_bytes());
+        fs::write(&path, &data).unwrap();
+        let r = env.verify();
+        if torn {
+            assert_outcome(&r, Outcome::Verified);
+            assert!(
+                r.findings.iter().any(|f| f.code == Code::TornTail),
+                "{kind}: {}",
+                r.render_text()
+            );
+        } else {
+            assert_outcome(&r, Outcome::Tampered);
+            assert!(
+                r.findings.iter().any(|f| f.code == Code::AfterEnd),
+                "{kind}: {}",
+                r.render_text()
+            );
+            assert!(
+                !r.findings.iter().any(|f| f.code == Code::TornTail),
+                "{kind}"
+            );
+        }
+    }
+}
