@@ -10,7 +10,7 @@ use crate::fsutil::{
     Fingerprint, FsTime, Kind, PERM_MASK,
 };
 use crate::rules::Rules;
-use crate::sensitive::is_sensitive_path;
+use crate::sensitive::{is_sensitive_change, is_sensitive_path};
 use crate::view::Layout;
 
 /// How many entries one change list may walk (upper folder, copy, project, lower subtrees of
@@ -66,7 +66,8 @@ pub struct ChangeSet {
     /// top folder (`"target/"`, `".git/"`; a top-level file counts under its own name). Never
     /// applied; they stay in staging for the next command.
     pub ignored_counts: BTreeMap<String, u64>,
-    /// Sensitive files that changed (see [`crate::is_sensitive_name`]), ignored or not.
+    /// Sensitive files that changed (see [`crate::is_sensitive_name`]), ignored or not, and
+    /// links whose target names one. Sorted.
     pub sensitive: Vec<String>,
     /// Why the list is incomplete (entry limit, unreadable file, failed walk). Only discard is
     /// possible then.
@@ -93,15 +94,53 @@ impl ChangeSet {
     /// The shown changes under `.garuda/` (Garuda's project settings), which
     /// [`crate::Session::apply`] refuses: they need a question of their own.
     pub fn garuda_settings(&self) -> Vec<&Change> {
+        self.guarded(Guard::GarudaSettings)
+    }
+
+    /// The shown changes that `guard` keeps out of an apply unless it is approved (see
+    /// [`Guard`]), in list order.
+    pub fn guarded(&self, guard: Guard) -> Vec<&Change> {
         self.changes
             .iter()
-            .filter(|c| crate::rules::is_garuda_settings_path(&c.path))
+            .filter(|c| match guard {
+                Guard::GarudaSettings => crate::rules::is_garuda_settings_path(&c.path),
+                // The path's own test, and the set's sensitive names: a set built by hand
+                // cannot drop a secret from the guard by leaving it out of `sensitive`.
+                Guard::Sensitive => is_sensitive_change(c) || self.sensitive.contains(&c.path),
+            })
             .collect()
     }
 
     /// Total number of ignored changes.
     pub fn ignored_total(&self) -> u64 {
         self.ignored_counts.values().sum()
+    }
+}
+
+/// A kind of change that [`crate::Session::apply`] leaves out of a plain apply: the whole
+/// change is refused unless the caller approves the kind, after a question of its own
+/// ([`crate::Session::apply_approved`]). A false match only asks one question more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Guard {
+    /// Garuda's project settings: a change under a `.garuda` folder, file or link at any
+    /// depth ([`crate::is_garuda_settings_path`]). They can loosen what later commands may do.
+    GarudaSettings,
+    /// Files that hold secrets ([`crate::is_sensitive_path`]: `.env*`, keys, `.npmrc`, …,
+    /// folded for case and lookalikes), and links whose target names one. Their content is
+    /// never shown, so a yes to the change list is no yes to them.
+    Sensitive,
+}
+
+impl Guard {
+    /// Every guard, in the order a caller asks about them.
+    pub const ALL: [Guard; 2] = [Guard::GarudaSettings, Guard::Sensitive];
+
+    /// What the guarded files are, for messages: "Garuda's project settings".
+    pub fn what(self) -> &'static str {
+        match self {
+            Guard::GarudaSettings => "Garuda's project settings",
+            Guard::Sensitive => "sensitive files",
+        }
     }
 }
 
@@ -634,7 +673,7 @@ impl Collector<'_> {
                 continue;
             }
             let path = r.change.path.clone();
-            if is_sensitive_path(&path) {
+            if is_sensitive_change(&r.change) {
                 set.sensitive.push(path.clone());
             }
             match rules.is_ignored(&path, false) {

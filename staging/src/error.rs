@@ -114,16 +114,19 @@ pub enum StagingError {
         path: String,
     },
 
-    /// The change touches Garuda's project settings (`.garuda/`), which [`crate::Session::apply`]
-    /// never applies: they need a question of their own
-    /// ([`crate::Session::apply_with_garuda_settings`]).
+    /// The change touches files that a guard keeps out of a plain apply (Garuda's project
+    /// settings, sensitive files: see [`crate::Guard`]) and the caller did not approve that
+    /// guard ([`crate::Session::apply_approved`]).
     #[error(
-        "the change touches Garuda's project settings ({}), which are applied only after a \
-         question of their own; nothing was applied",
+        "the change touches {} ({}), which are applied only after a question of their own; \
+         nothing was applied",
+        guard.what(),
         paths.iter().map(|p| garuda_text::visible(p)).collect::<Vec<_>>().join(", ")
     )]
-    GarudaSettings {
-        /// Project-relative paths under `.garuda`.
+    Guarded {
+        /// The guard that refused.
+        guard: crate::Guard,
+        /// Project-relative paths it covers.
         paths: Vec<String>,
     },
 

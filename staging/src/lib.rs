@@ -68,13 +68,20 @@
 //!   git tracks it (read from `.git/index`, versions 2–4, never by running git: a repository's
 //!   config can make git run programs), and special files (FIFOs, sockets, devices). They are
 //!   never applied and stay in staging, so the next command sees its build output.
-//! - **Sensitive** files (see [`is_sensitive_name`]: `.env*`, keys, `.npmrc`, `.netrc`, …) that
-//!   changed are named in [`ChangeSet::sensitive`], ignored or not.
+//! - **Sensitive** files (see [`is_sensitive_name`]: `.env*` — the policy's own test, the one
+//!   that hides them in the sandbox — keys, `.npmrc`, `.netrc`, …, by any name a filesystem may
+//!   open them by: `.ENV`, `ENV~1`) that changed, and links whose target names one, are named
+//!   in [`ChangeSet::sensitive`], ignored or not. A shown one is covered by
+//!   [`Guard::Sensitive`].
 //! - **Garuda's settings**: a shown change under a `.garuda` folder (or a `.garuda` file or
 //!   link) at any depth, by any name a filesystem may open `.garuda` by (`.GARUDA` on a
 //!   case-insensitive one), see [`is_garuda_settings_path`] and [`ChangeSet::garuda_settings`],
-//!   is marked in the list and never applied by [`Session::apply`]; only
-//!   [`Session::apply_with_garuda_settings`], called after a question of its own, applies it.
+//!   is covered by [`Guard::GarudaSettings`].
+//! - A change a **guard** covers ([`ChangeSet::guarded`]) is marked in the list and never
+//!   applied by [`Session::apply`], which refuses the whole change
+//!   ([`StagingError::Guarded`]); only [`Session::apply_approved`] with that guard approved,
+//!   called after a question of its own (or, for sensitive files, the CLI's
+//!   `--apply-sensitive`), applies it.
 //! - Past [`ENTRY_LIMIT`] walked entries, an unreadable file, a failed walk or a non-UTF-8 name
 //!   makes the list **incomplete** ([`ChangeSet::incomplete`]): only discard is possible.
 //!
@@ -82,7 +89,10 @@
 //! so a newline in a name cannot forge a line; control and bidirectional characters made
 //! visible in names and content, binary files marked, diff text cut at [`DIFF_CHAR_LIMIT`]
 //! characters with the file list always complete), sensitive names, ignored counts and the
-//! incomplete reason. The old content of a sensitive file is never printed.
+//! incomplete reason. The content of a sensitive file, old or new, is never printed: it is
+//! listed with its size and the first 16 hex digits of its SHA-256 before and after, and a
+//! file with the same content as a deleted sensitive file (a secret renamed to an ordinary
+//! name) is not diffed either.
 //!
 //! # Apply, discard, conflicts
 //!
@@ -137,14 +147,16 @@
 //!   ownership, no xattrs or ACLs, no hard links (content is copied), no empty folders.
 //! - **Links out of the root are refused**, so a planted `config -> ~/.ssh/config` cannot make
 //!   a later host program write or read outside the project.
-//! - **Garuda's settings need their own question**: a change under `.garuda/` (project
-//!   settings, which can loosen later runs) is refused by [`Session::apply`].
+//! - **Garuda's settings and secrets need their own question**: a change under `.garuda/`
+//!   (project settings, which can loosen later runs) or to a sensitive file (whose content is
+//!   not shown) is refused by [`Session::apply`].
 //! - **Ignored files never reach the project** (a command cannot plant
 //!   `node_modules/.bin/x` for a host program to run), and **`.git` never does** (no hook,
 //!   no config that makes the host's git run code). Renaming a `.gitignore` does not help a
 //!   command either: ignoring a change only keeps it out of the project.
-//! - **Sensitive names are always shown**, even when ignored, and the old content of a
-//!   sensitive file is not printed (the command could not read it; the diff must not leak it).
+//! - **Sensitive names are always shown**, even when ignored, and a sensitive file's content is
+//!   never printed, old or new (the change list goes to terminals, logs and transcripts; the
+//!   old content of a `.env` is one the command could not even read).
 //! - **What is applied is what was shown**: apply checks each staged file's identity and
 //!   times against the listing, before and after copying it.
 //! - **The supervisor never follows a link the command planted** while reading, writing or
@@ -184,7 +196,7 @@ mod view;
 pub use apply::{
     recover, Applied, Recovered, RecoveryAction, FAILPOINT_ENV, JOURNAL_COMMIT, JOURNAL_PENDING,
 };
-pub use changes::{Change, ChangeKind, ChangeSet, ENTRY_LIMIT};
+pub use changes::{Change, ChangeKind, ChangeSet, Guard, ENTRY_LIMIT};
 pub use error::{FoundKind, Result, StagingError};
 pub use render::{render, DIFF_CHAR_LIMIT};
 pub use rules::is_garuda_settings_path;

@@ -9,6 +9,12 @@
 //! Source") are printed as escapes (`\n`, `\e`, `\xNN`, `\u{NNNN}`, a backslash as `\\`).
 //! File content in the diff goes through [`garuda_text::visible_lines_bytes`] (newline, tab
 //! and backslash as they are), and a file holding real hidden characters says how many.
+//!
+//! A sensitive file's content (see [`crate::is_sensitive_name`]), old or new, is never
+//! printed: the change list goes to a terminal, a scrollback, a CI log or an agent's
+//! transcript. It is listed with its size and the start of its SHA-256 instead, before and
+//! after, so that a developer can still tell what changed and compare it with a file of
+//! their own (`sha256sum`).
 
 use std::fmt::Write as _;
 use std::fs;
@@ -20,8 +26,8 @@ use garuda_text::{count_hidden_lines, visible, visible_lines_bytes, visible_path
 use similar::TextDiff;
 
 use crate::beneath::{Beneath, Source};
-use crate::changes::{ChangeKind, ChangeSet};
-use crate::sensitive::is_sensitive_path;
+use crate::changes::{Change, ChangeKind, ChangeSet, Guard};
+use crate::sensitive::{Digested, HASH_SHOWN};
 use crate::session::Session;
 use crate::view::ViewEntry;
 
@@ -40,6 +46,8 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
     // listing and this display, and Garuda (not sandboxed) would print that secret.
     let project = Beneath::open(layout.project()).ok();
     let old_entry = |rel: &str| project.as_ref().map(|b| b.open_source(rel));
+    let sensitive: Vec<&Change> = set.guarded(Guard::Sensitive);
+    let is_sensitive = |c: &Change| sensitive.iter().any(|s| s.path == c.path);
     let mut out = String::new();
     let n = set.changes.len();
     let backend = session.backend().name();
@@ -83,8 +91,12 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
         if c.binary {
             out.push_str(" (binary file changed)");
         }
-        if is_sensitive_path(&c.path) {
-            out.push_str(" (sensitive)");
+        if is_sensitive(c) {
+            out.push_str(if c.link_target.is_some() {
+                " (sensitive: needs its own yes)"
+            } else {
+                " (sensitive: content not shown, needs its own yes)"
+            });
         }
         if crate::rules::is_garuda_settings_path(&c.path) {
             out.push_str(" (Garuda settings: needs its own question)");
@@ -92,6 +104,17 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
         out.push('\n');
     }
 
+    // The old content of each deleted sensitive file: a file of the change with the same
+    // content (a secret renamed to an ordinary name) is not diffed either. Compared by the
+    // whole SHA-256, not the shown part.
+    let deleted_secrets: Vec<(&str, Digested)> = sensitive
+        .iter()
+        .filter(|c| c.kind == ChangeKind::Deleted)
+        .filter_map(|c| match old_entry(&c.path) {
+            Some(Ok(Source::File(f, _))) => Digested::of_file(f).ok().map(|d| (c.path.as_str(), d)),
+            _ => None,
+        })
+        .collect();
     let mut diff = String::new();
     let mut cut = false;
     for c in &set.changes {
@@ -102,14 +125,34 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
         if c.binary || !matches!(c.kind, ChangeKind::Added | ChangeKind::Modified) {
             continue;
         }
-        let new = match layout.view(&c.path) {
-            Ok(ViewEntry::Staged(p, m)) if m.file_type().is_file() => read_text_counted(&p),
-            _ => Err("the staged file is gone".to_string()),
+        // A sensitive file is not diffed at all: its section below gives size and hash.
+        if is_sensitive(c) {
+            continue;
+        }
+        let staged = match layout.view(&c.path) {
+            Ok(ViewEntry::Staged(p, m)) if m.file_type().is_file() => Some((p, m.len())),
+            _ => None,
         };
-        let sensitive = is_sensitive_path(&c.path);
-        // The old content of a sensitive file is a secret the command could not read; it is
-        // not printed. The new content is what the command wrote, so it is shown.
-        let old = if c.kind == ChangeKind::Modified && !sensitive {
+        if let Some((p, len)) = &staged {
+            let renamed = deleted_secrets
+                .iter()
+                .filter(|(_, d)| d.len == *len)
+                .find(|(_, d)| Digested::of_path(p).is_ok_and(|n| n.same_content(d)));
+            if let Some((secret, d)) = renamed {
+                let _ = writeln!(
+                    diff,
+                    "{}: not shown: the same content as the deleted sensitive file {} ({d})",
+                    visible(&c.path),
+                    visible(secret)
+                );
+                continue;
+            }
+        }
+        let new = match staged {
+            Some((p, _)) => read_text_counted(&p),
+            None => Err("the staged file is gone".to_string()),
+        };
+        let old = if c.kind == ChangeKind::Modified {
             match old_entry(&c.path) {
                 Some(Ok(Source::File(f, _))) => text_counted(f).map(|(text, _)| text),
                 // Gone, or a link now: no old content.
@@ -134,12 +177,6 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
                         diff,
                         "{path}: the new content holds {hidden} control, bidirectional or invisible {}, shown as escapes (\\e, \\xNN, \\u{{NNNN}})",
                         if hidden == 1 { "character" } else { "characters" }
-                    );
-                }
-                if sensitive && c.kind == ChangeKind::Modified {
-                    let _ = writeln!(
-                        diff,
-                        "{path}: sensitive file: the old content is not shown; the new content:"
                     );
                 }
                 let d = TextDiff::configure()
@@ -181,21 +218,48 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
         }
     }
 
-    if !set.sensitive.is_empty() {
+    if !set.sensitive.is_empty() || !sensitive.is_empty() {
         out.push('\n');
-        out.push_str("Sensitive files changed:\n");
-        for s in &set.sensitive {
-            let shown = set.changes.iter().any(|c| &c.path == s);
-            let _ = writeln!(
-                out,
-                "  {}{}",
-                visible(s),
-                if shown {
-                    ""
-                } else {
-                    " (ignored by git: kept in staging, never applied)"
+        let _ = writeln!(
+            out,
+            "Sensitive files changed (secrets: their content is never shown, only its size and SHA-256, the first {HASH_SHOWN} hex digits):"
+        );
+        for c in &sensitive {
+            let old = if c.mode_before.is_some() {
+                match old_entry(&c.path) {
+                    Some(Ok(source)) => side_of_source(source),
+                    Some(Err(e)) => format!("not read ({})", visible(&e.to_string())),
+                    None => "not read (the project folder cannot be opened)".to_string(),
                 }
-            );
+            } else {
+                "none".to_string()
+            };
+            let new = match (c.kind, c.link_target.as_deref()) {
+                (ChangeKind::Deleted, _) => "none (deleted)".to_string(),
+                (_, Some(target)) => format!("a link -> {}", visible(target)),
+                _ => match layout.view(&c.path) {
+                    Ok(ViewEntry::Staged(p, m)) if m.file_type().is_file() => {
+                        match Digested::of_path(&p) {
+                            Ok(d) => d.to_string(),
+                            Err(e) => format!("not read ({})", visible(&e.to_string())),
+                        }
+                    }
+                    _ => "not read (the staged file is gone)".to_string(),
+                },
+            };
+            let _ = writeln!(out, "  {}: before: {old}; after: {new}", visible(&c.path));
+        }
+        for s in &set.sensitive {
+            if !set.changes.iter().any(|c| &c.path == s) {
+                let _ = writeln!(
+                    out,
+                    "  {} (ignored by git: kept in staging, never applied)",
+                    visible(s)
+                );
+            }
+        }
+        if !sensitive.is_empty() {
+            out.push_str("They are applied only with --apply --apply-sensitive, or after a question of their own on a terminal; never with --apply alone.\n");
         }
     }
     let settings = set.garuda_settings();
@@ -227,6 +291,19 @@ pub fn render(set: &ChangeSet, session: &Session) -> String {
         );
     }
     out
+}
+
+/// One side (before or after) of a sensitive file, from the project: size and hash, never
+/// the bytes.
+fn side_of_source(source: Source) -> String {
+    match source {
+        Source::File(f, _) => match Digested::of_file(f) {
+            Ok(d) => d.to_string(),
+            Err(e) => format!("not read ({})", visible(&e.to_string())),
+        },
+        Source::Link(t) => format!("a link -> {}", visible_path(&t)),
+        Source::Missing => "none".to_string(),
+    }
 }
 
 /// Reads a file as text for the diff, with invalid UTF-8 bytes and control characters made

@@ -222,7 +222,8 @@ pub(crate) fn in_git_dir(rel: &str) -> bool {
 /// project settings (and, once the agent has them, hooks and commands that run later). A
 /// nested one counts too: it is the settings of a run with that folder as the project. Such a
 /// change is shown, and applied only after a question of its own ([`crate::Session::apply`]
-/// refuses it; [`crate::Session::apply_with_garuda_settings`] is the explicit opt-in).
+/// refuses it; [`crate::Session::apply_approved`] with [`crate::Guard::GarudaSettings`] is the
+/// explicit opt-in).
 ///
 /// A component counts when some filesystem a project can live on may open `.garuda` by it
 /// (case, invisible characters, trailing dots and spaces, a vfat short name), so `.GARUDA/settings.json` on a case-insensitive folder is no
@@ -237,17 +238,34 @@ pub fn is_garuda_settings_path(rel: &str) -> bool {
 /// `.garuda`), trailing dots and spaces ignored (vfat and NTFS drop them), and vfat's short
 /// name for it (`GARUDA~1`). A false match only asks one question more.
 fn names_garuda_settings(name: &str) -> bool {
+    let name = fold_name(name);
+    name == ".garuda" || matches!(vfat_short_name(&name), Some(("garuda", None)))
+}
+
+/// `name` as a filesystem that folds names may see it, for a name check that a lookalike
+/// must not get around: invisible characters dropped (older kernels' casefolded lookups skip
+/// the default-ignorable ones), trailing dots and spaces dropped (vfat and NTFS drop them),
+/// ASCII letters lowered (vfat, exFAT, NTFS, ext4 and f2fs folders with casefolding).
+pub(crate) fn fold_name(name: &str) -> String {
     let seen: String = name
         .chars()
         .filter(|c| !garuda_text::is_hidden(*c))
         .collect();
-    let name = seen.trim_end_matches(['.', ' ']);
-    let short_name = name
-        .get(..7)
-        .is_some_and(|stem| stem.eq_ignore_ascii_case("garuda~"))
-        && name.len() > 7
-        && name.bytes().skip(7).all(|b| b.is_ascii_digit());
-    name.eq_ignore_ascii_case(".garuda") || short_name
+    seen.trim_end_matches(['.', ' ']).to_ascii_lowercase()
+}
+
+/// The stem and extension of a folded name shaped like a vfat short name (`stem~N` or
+/// `stem~N.ext`), by which vfat also opens the long name it was made for: `garuda~1` opens
+/// `.garuda`, `env~1.loc` opens `.env.local`. The stem is the long name's first characters
+/// without its dots and spaces.
+pub(crate) fn vfat_short_name(folded: &str) -> Option<(&str, Option<&str>)> {
+    let (base, ext) = match folded.split_once('.') {
+        Some((base, ext)) => (base, Some(ext)),
+        None => (folded, None),
+    };
+    let (stem, digits) = base.rsplit_once('~')?;
+    let numbered = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+    (numbered && !stem.is_empty()).then_some((stem, ext))
 }
 
 fn sha256_repo(config: &str) -> bool {

@@ -13,7 +13,7 @@ use garuda_policy::StagedView;
 
 use crate::apply::{self, Applied, Recovered};
 use crate::beneath::{list_in, source_in, times_of, Beneath, Source, Walk};
-use crate::changes::{collect, ChangeSet, Listing, ENTRY_LIMIT};
+use crate::changes::{collect, ChangeSet, Guard, Listing, ENTRY_LIMIT};
 use crate::error::{io_err, Result, StagingError};
 use crate::fsutil::{
     copy_entry_into, has_overlay_xattr, join, kind_of, lstat, mkdir_mode, real_dir_chain,
@@ -316,24 +316,27 @@ impl Session {
     /// through the crash-safe journal (see the crate doc). On success the applied entries are
     /// removed from staging so the project shows through again.
     ///
-    /// A change under `.garuda/` (Garuda's project settings) is refused with
-    /// [`StagingError::GarudaSettings`] and nothing is applied: it needs a question of its
-    /// own, after which the caller uses [`Session::apply_with_garuda_settings`].
+    /// A change that a [`Guard`] covers (under `.garuda/`: Garuda's project settings; a
+    /// sensitive file) is refused with [`StagingError::Guarded`] and nothing is applied: it
+    /// needs a question of its own, after which the caller uses [`Session::apply_approved`].
     pub fn apply(&mut self, set: &ChangeSet) -> Result<Applied> {
-        let settings: Vec<String> = set
-            .garuda_settings()
-            .iter()
-            .map(|c| c.path.clone())
-            .collect();
-        if !settings.is_empty() {
-            return Err(StagingError::GarudaSettings { paths: settings });
-        }
-        apply::apply(self, set)
+        self.apply_approved(set, &[])
     }
 
-    /// [`Session::apply`], changes under `.garuda/` included: the explicit opt-in, for a
-    /// caller that asked the developer about those changes separately and got a yes.
-    pub fn apply_with_garuda_settings(&mut self, set: &ChangeSet) -> Result<Applied> {
+    /// [`Session::apply`], changes covered by the `approved` guards included: the explicit
+    /// opt-in, for a caller that asked the developer about each of them separately (or was
+    /// told by a flag of its own, such as the CLI's `--apply-sensitive`). A guard not in
+    /// `approved` that covers a change refuses the whole change, as in [`Session::apply`].
+    pub fn apply_approved(&mut self, set: &ChangeSet, approved: &[Guard]) -> Result<Applied> {
+        for guard in Guard::ALL {
+            if approved.contains(&guard) {
+                continue;
+            }
+            let paths: Vec<String> = set.guarded(guard).iter().map(|c| c.path.clone()).collect();
+            if !paths.is_empty() {
+                return Err(StagingError::Guarded { guard, paths });
+            }
+        }
         apply::apply(self, set)
     }
 

@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 
 use garuda_policy::StagedView;
 use garuda_staging::{
-    recover, render, Backend, BackendChoice, ChangeKind, ChangeSet, FoundKind, RecoveryAction,
-    Session, StagingError, FAILPOINT_ENV, JOURNAL_COMMIT, JOURNAL_PENDING,
+    recover, render, Backend, BackendChoice, ChangeKind, ChangeSet, FoundKind, Guard,
+    RecoveryAction, Session, StagingError, FAILPOINT_ENV, JOURNAL_COMMIT, JOURNAL_PENDING,
 };
 use tempfile::TempDir;
 
@@ -403,25 +403,69 @@ fn sensitive_files_are_named_even_when_ignored() {
             text.contains(".env (ignored by git: kept in staging, never applied)"),
             "{text}"
         );
-        s.apply(&set).unwrap();
+        // The shown key needs its own opt-in (see `sensitive_files_need_an_opt_in_of_their_own`);
+        // the ignored `.env` is never applied, with it or not.
+        s.apply_approved(&set, &[Guard::Sensitive]).unwrap();
         assert!(!env.p().join(".env").exists());
+        assert_eq!(
+            fs::read_to_string(env.p().join("keys/server.key")).unwrap(),
+            "k\n"
+        );
         s.close().unwrap();
     }
 }
 
+/// Neither the old nor the new content of a sensitive file is printed, only size and hash;
+/// the ordinary file of the same change is diffed (the control: the same render prints
+/// content).
 #[test]
-fn a_sensitive_file_s_old_content_is_not_printed() {
+fn a_sensitive_file_s_content_is_never_printed_only_its_size_and_hash() {
     let env = Env::new();
     write(&env.p(), "deploy.pem", "OLD-SECRET-KEY\n");
     let mut s = env.session(Backend::PlainCopy);
     let mark = s.prepare().unwrap();
-    run(&s, "echo NEW > deploy.pem");
+    run(
+        &s,
+        "echo NEW-SECRET-KEY > deploy.pem && echo plain-text > notes.txt",
+    );
     let set = s.changes(&mark).unwrap();
     let text = render(&set, &s);
     assert!(!text.contains("OLD-SECRET-KEY"), "{text}");
-    assert!(text.contains("+NEW"), "{text}");
-    assert!(text.contains("old content is not shown"), "{text}");
+    assert!(!text.contains("NEW-SECRET-KEY"), "{text}");
+    // sha256("OLD-SECRET-KEY\n") and sha256("NEW-SECRET-KEY\n"), first 16 hex digits.
+    let (old, new) = (sha256_16("OLD-SECRET-KEY\n"), sha256_16("NEW-SECRET-KEY\n"));
+    assert!(
+        text.contains(&format!(
+            "  deploy.pem: before: 15 bytes, sha256 {old}; after: 15 bytes, sha256 {new}"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("  modified  deploy.pem (sensitive: content not shown, needs its own yes)"),
+        "{text}"
+    );
+    assert!(text.contains("+plain-text"), "{text}");
     s.close().unwrap();
+}
+
+/// The first 16 hex digits of the SHA-256 of `text`, computed by `sha256sum` (another
+/// implementation than the one under test).
+fn sha256_16(text: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()[..16].to_string()
 }
 
 #[test]
@@ -1527,7 +1571,10 @@ fn a_staged_change_under_garuda_needs_its_own_question() {
             assert!(text.contains("Garuda's project settings change"), "{text}");
             // A plain apply refuses the whole change and writes nothing.
             match s.apply(&set) {
-                Err(StagingError::GarudaSettings { paths }) => {
+                Err(StagingError::Guarded {
+                    guard: Guard::GarudaSettings,
+                    paths,
+                }) => {
                     assert!(paths.iter().any(|p| p == path), "{what}: {paths:?}")
                 }
                 other => panic!("{backend:?} {what}: {other:?}"),
@@ -1538,7 +1585,7 @@ fn a_staged_change_under_garuda_needs_its_own_question() {
                 "{backend:?} {what}: nothing applied"
             );
             // The control: the explicit opt-in applies it.
-            s.apply_with_garuda_settings(&set).unwrap();
+            s.apply_approved(&set, &[Guard::GarudaSettings]).unwrap();
             assert_eq!(
                 fs::read_to_string(env.p().join("note.txt")).unwrap(),
                 "note\n"
@@ -1595,5 +1642,194 @@ fn the_diff_never_reads_old_content_through_a_link_swapped_in_after_the_listing(
         text.contains("src/lib.rs: the project's file is not diffed: "),
         "{text}"
     );
+    s.close().unwrap();
+}
+
+// ---- sensitive files: content never shown, applied only with an opt-in of their own ------
+
+/// A project that does not ignore `.env` (as many don't), with a key file in it.
+fn secrets_env() -> Env {
+    let env = Env::new();
+    write(&env.p(), ".gitignore", "target/\n*.log\n");
+    write(&env.p(), "deploy.key", "OLD-KEY-MARK\n");
+    env
+}
+
+/// Every way a command can make a change to a secret's file (new, changed, deleted, mode,
+/// renamed to or from, a folder, a link either way) under every name a filesystem may open
+/// it by (case, a trailing dot, an invisible character, a vfat short name) is guarded:
+/// `Session::apply` refuses the whole change and writes nothing, the render names the path
+/// with size and hash and never prints the content. The control in each row: the explicit
+/// opt-in applies the same change.
+#[test]
+fn sensitive_files_need_an_opt_in_of_their_own() {
+    let zwj = ".e\u{200d}nv";
+    let rows: Vec<(&str, String, &str)> = vec![
+        ("new .env", "echo SECRET-MARK > .env".into(), ".env"),
+        (
+            "new .env.local",
+            "echo SECRET-MARK > .env.local".into(),
+            ".env.local",
+        ),
+        (
+            "case variant",
+            "echo SECRET-MARK > .Env.Local".into(),
+            ".Env.Local",
+        ),
+        (
+            "trailing dot",
+            "echo SECRET-MARK > 'id_rsa.'".into(),
+            "id_rsa.",
+        ),
+        (
+            "invisible character",
+            format!("echo SECRET-MARK > '{zwj}'"),
+            zwj,
+        ),
+        (
+            "vfat short name",
+            "echo SECRET-MARK > ENV~1".into(),
+            "ENV~1",
+        ),
+        (
+            "key rewritten",
+            "echo SECRET-MARK > deploy.key".into(),
+            "deploy.key",
+        ),
+        ("key deleted", "rm deploy.key".into(), "deploy.key"),
+        ("key mode", "chmod 600 deploy.key".into(), "deploy.key"),
+        (
+            "file renamed to .env",
+            "echo SECRET-MARK > a.txt && mv a.txt .env".into(),
+            ".env",
+        ),
+        (
+            "folder named .env",
+            "mkdir .env && echo SECRET-MARK > .env/conf".into(),
+            ".env/conf",
+        ),
+        (
+            "folder renamed to .ENV",
+            "echo SECRET-MARK > src/lib.rs && mv src .ENV".into(),
+            ".ENV/lib.rs",
+        ),
+        (
+            "nested .npmrc",
+            "mkdir -p sub && echo SECRET-MARK > sub/.npmrc".into(),
+            "sub/.npmrc",
+        ),
+        ("link named .env", "ln -s a.txt .env".into(), ".env"),
+        ("link to a secret", "ln -s deploy.key notes".into(), "notes"),
+    ];
+    for backend in backends() {
+        for (what, script, path) in &rows {
+            let env = secrets_env();
+            let before = snapshot(&env.p());
+            let mut s = env.session(backend);
+            let mark = s.prepare().unwrap();
+            run(&s, &format!("{script} && echo plain > note.txt"));
+            let set = s.changes(&mark).unwrap();
+            let guarded: Vec<&str> = set
+                .guarded(Guard::Sensitive)
+                .iter()
+                .map(|c| c.path.as_str())
+                .collect();
+            assert!(guarded.contains(path), "{backend:?} {what}: {guarded:?}");
+            assert!(!guarded.contains(&"note.txt"), "{backend:?} {what}");
+            assert!(set.can_apply(), "{backend:?} {what}");
+            let text = render(&set, &s);
+            assert!(!text.contains("SECRET-MARK"), "{backend:?} {what}: {text}");
+            assert!(!text.contains("OLD-KEY-MARK"), "{backend:?} {what}: {text}");
+            let shown = garuda_text::visible(path);
+            assert!(
+                text.contains(&format!("  {shown}: before: ")),
+                "{backend:?} {what}: {text}"
+            );
+            assert!(text.contains("+plain"), "{backend:?} {what}: {text}");
+            // A plain apply refuses the whole change and writes nothing.
+            match s.apply(&set) {
+                Err(StagingError::Guarded {
+                    guard: Guard::Sensitive,
+                    paths,
+                }) => assert!(paths.iter().any(|p| p == path), "{what}: {paths:?}"),
+                other => panic!("{backend:?} {what}: {other:?}"),
+            }
+            assert_eq!(snapshot(&env.p()), before, "{backend:?} {what}");
+            // So does an opt-in for another guard.
+            assert!(matches!(
+                s.apply_approved(&set, &[Guard::GarudaSettings]),
+                Err(StagingError::Guarded {
+                    guard: Guard::Sensitive,
+                    ..
+                })
+            ));
+            assert_eq!(snapshot(&env.p()), before, "{backend:?} {what}");
+            // The control: the explicit opt-in applies it.
+            s.apply_approved(&set, &[Guard::Sensitive]).unwrap();
+            assert_eq!(
+                fs::read_to_string(env.p().join("note.txt")).unwrap(),
+                "plain\n"
+            );
+            let after = snapshot(&env.p());
+            assert_ne!(after, before, "{backend:?} {what}");
+            s.close().unwrap();
+        }
+    }
+}
+
+/// The negative control of the names: lookalikes that open another file everywhere are
+/// ordinary files, shown in full and applied by a plain apply.
+#[test]
+fn names_that_only_look_like_secrets_are_ordinary_files() {
+    for backend in backends() {
+        let env = secrets_env();
+        let mut s = env.session(backend);
+        let mark = s.prepare().unwrap();
+        run(
+            &s,
+            "echo PLAIN-MARK > .envrc && echo x > environment.txt && echo y > deploy.key.txt && mkdir envs && echo z > envs/dev",
+        );
+        let set = s.changes(&mark).unwrap();
+        assert!(set.guarded(Guard::Sensitive).is_empty(), "{set:?}");
+        assert!(set.sensitive.is_empty(), "{set:?}");
+        let text = render(&set, &s);
+        assert!(text.contains("+PLAIN-MARK"), "{text}");
+        assert!(!text.contains("Sensitive files changed"), "{text}");
+        s.apply(&set).unwrap();
+        assert_eq!(
+            fs::read_to_string(env.p().join(".envrc")).unwrap(),
+            "PLAIN-MARK\n"
+        );
+        s.close().unwrap();
+    }
+}
+
+/// A secret renamed to an ordinary name keeps its content out of the diff (it equals the
+/// deleted sensitive file's), and the deletion guards the change. The control: an ordinary
+/// rename in the same way is diffed.
+#[test]
+fn a_secret_renamed_to_an_ordinary_name_is_not_diffed() {
+    let env = secrets_env();
+    let mut s = env.session(Backend::PlainCopy);
+    let mark = s.prepare().unwrap();
+    run(&s, "mv deploy.key deploy.txt && mv b.txt b2.txt");
+    let set = s.changes(&mark).unwrap();
+    let text = render(&set, &s);
+    assert!(!text.contains("OLD-KEY-MARK"), "{text}");
+    let hash = sha256_16("OLD-KEY-MARK\n");
+    assert!(
+        text.contains(&format!(
+            "deploy.txt: not shown: the same content as the deleted sensitive file deploy.key (13 bytes, sha256 {hash})"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("+bravo"), "the control: {text}");
+    assert!(matches!(
+        s.apply(&set),
+        Err(StagingError::Guarded {
+            guard: Guard::Sensitive,
+            ..
+        })
+    ));
     s.close().unwrap();
 }

@@ -13,8 +13,8 @@
 //! |---|---|
 //! | applied, or there was nothing to apply | the command's own |
 //! | discarded because `--discard` asked for it | the command's own (the caller knows) |
-//! | discarded at the question (a no to the question for `.garuda/` included), or with no terminal to ask on | [`STAGED_DISCARDED`] (121) |
-//! | apply refused: incomplete list, link out of the project, conflict, staged file changed after it was shown, path outside the project, a change to `.garuda/` with `--apply` alone | [`APPLY_REFUSED`] (122) |
+//! | discarded at the question (a no to the question for `.garuda/` or for sensitive files included), or with no terminal to ask on | [`STAGED_DISCARDED`] (121) |
+//! | apply refused: incomplete list, link out of the project, conflict, staged file changed after it was shown, path outside the project, a change to `.garuda/` with `--apply` alone, a change to a sensitive file (`.env*`, a key) without `--apply-sensitive` | [`APPLY_REFUSED`] (122) |
 //! | apply failed: I/O error, journal, commit not finished | [`APPLY_FAILED`] (123) |
 //! | discarded because a signal interrupted the command | 128 + N |
 //! | discarded because the timeout killed the command | 124 |
@@ -34,7 +34,7 @@ use garuda_policy::{
     CommandMode, EffectiveSettings, ExecutorChoice, Flags, HostEnv, SourceKind, SourcePaths,
     StagingBackend,
 };
-use garuda_staging::{BackendChoice, Session, StagingError};
+use garuda_staging::{BackendChoice, Guard, Session, StagingError};
 use garuda_text::{visible, visible_json};
 
 use crate::executor::{self, CommandSpec, ExecutorKind, StdioMode};
@@ -46,7 +46,8 @@ pub const SETUP_FAILED: i32 = 125;
 pub const STAGED_DISCARDED: i32 = 121;
 /// Exit code of a staged command whose apply Garuda refused: an incomplete list, a link out of
 /// the project, a conflict, a staged file changed after it was shown, a path outside the
-/// project, a change to `.garuda/` with `--apply` alone. The project did not change.
+/// project, a change to `.garuda/` with `--apply` alone, a change to a sensitive file without
+/// `--apply-sensitive`. The project did not change.
 pub const APPLY_REFUSED: i32 = 122;
 /// Exit code of a staged command whose apply failed: an I/O error before the commit point
 /// (the project did not change), or after it (the journal finishes the apply at the next
@@ -116,6 +117,11 @@ enum Cmd {
         /// With a staged command: discard the change without asking.
         #[arg(long)]
         discard: bool,
+        /// With `--apply`: also apply changes to sensitive files (`.env*`, keys, `.npmrc`,
+        /// `.netrc`, …), whose content the change list never shows. Without it, `--apply`
+        /// refuses a change that touches one (exit 122).
+        #[arg(long = "apply-sensitive", requires = "apply")]
+        apply_sensitive: bool,
         /// Use the strict profile: an OS sandbox is required (no host fallback).
         #[arg(long)]
         strict: bool,
@@ -260,6 +266,7 @@ pub fn main() -> i32 {
             staged,
             apply,
             discard,
+            apply_sensitive,
             strict,
             allow_host,
             command,
@@ -273,7 +280,9 @@ pub fn main() -> i32 {
             strict,
             allow_host,
             decision: if apply {
-                Some(Decision::Apply)
+                Some(Decision::Apply {
+                    sensitive: apply_sensitive,
+                })
             } else if discard {
                 Some(Decision::Discard)
             } else {
@@ -815,7 +824,10 @@ pub fn project_root_from(start: &Path) -> PathBuf {
 /// What to do with a staged change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Decision {
-    Apply,
+    /// `sensitive`: `--apply-sensitive` approved the changes to sensitive files.
+    Apply {
+        sensitive: bool,
+    },
     Discard,
 }
 
@@ -1138,7 +1150,7 @@ fn apply_error_code(e: &StagingError) -> i32 {
         | StagingError::StagedChanged { .. }
         | StagingError::Unsupported { .. }
         | StagingError::UnsafeProjectPath { .. }
-        | StagingError::GarudaSettings { .. } => APPLY_REFUSED,
+        | StagingError::Guarded { .. } => APPLY_REFUSED,
         StagingError::Io { .. }
         | StagingError::RecoveryStopped { .. }
         | StagingError::Journal { .. }
@@ -1194,37 +1206,30 @@ fn run_staged(
     } else {
         Some(STAGED_DISCARDED)
     };
-    // Changes to Garuda's own settings need a yes of their own, asked on the terminal only.
+    // Changes to Garuda's own settings and to sensitive files need a yes of their own: a
+    // question on the terminal, or (sensitive files only) `--apply-sensitive`.
     let asked = decision.is_none();
     let decision = match decision {
         Some(d) => d,
         None => ask_apply_or_discard(set.can_apply())?,
     };
-    let settings = !set.garuda_settings().is_empty();
+    let mut approved = Vec::new();
+    if let (Decision::Apply { sensitive }, true) = (decision, set.can_apply()) {
+        match approve_guards(&set, asked, sensitive)? {
+            Ok(guards) => approved = guards,
+            Err((what, code)) => {
+                session.discard(&set)?;
+                return Ok((outcome, what, interrupted, Some(code)));
+            }
+        }
+    }
     let (what, not_applied) = match decision {
-        Decision::Apply if !set.can_apply() => {
+        Decision::Apply { .. } if !set.can_apply() => {
             session.discard(&set)?;
             eprintln!("garuda: the change cannot be applied (see above); it was discarded and the project did not change");
             ("discarded (could not be applied)", Some(APPLY_REFUSED))
         }
-        Decision::Apply if settings && !(asked && ask_garuda_settings()?) => {
-            session.discard(&set)?;
-            // A no at the settings question is a discard at the question (121); `--apply`
-            // alone is Garuda refusing the change as it stands (122).
-            let code = if asked {
-                eprintln!("garuda: not applied: the change touches Garuda's project settings (.garuda/); it was discarded and the project did not change");
-                STAGED_DISCARDED
-            } else {
-                eprintln!("garuda: nothing was applied: the change touches Garuda's project settings (.garuda/), which --apply never applies on its own; run the command again without --apply, on a terminal, to answer a question of its own for them, or make that change to .garuda/ yourself. The change was discarded and the project did not change");
-                APPLY_REFUSED
-            };
-            ("refused (touches Garuda's settings)", Some(code))
-        }
-        Decision::Apply => match if settings {
-            session.apply_with_garuda_settings(&set)
-        } else {
-            session.apply(&set)
-        } {
+        Decision::Apply { .. } => match session.apply_approved(&set, &approved) {
             Ok(applied) => {
                 eprintln!("garuda: applied: {applied}");
                 ("applied", None)
@@ -1265,12 +1270,73 @@ fn run_staged(
     Ok((outcome, what, interrupted, not_applied))
 }
 
-/// The second question, for a change that touches `.garuda/` (asked after "apply"): settings
-/// can loosen what later commands may do, so they get a yes of their own. Anything but `y`
-/// or `yes` (or the end of input) is a no.
-fn ask_garuda_settings() -> Result<bool> {
+/// The guards ([`Guard`]) that cover part of `set`, each approved or not: on a terminal
+/// (`asked`) by a question of its own after "apply", else by the flag that approves it
+/// (`--apply-sensitive` for sensitive files; Garuda's settings have no flag). At the first
+/// one not approved, says so on stderr and gives the audit log's word for it and the exit
+/// code: 121 for a no at the question (a discard at the question), 122 for a missing flag
+/// (Garuda refusing the change as it stands).
+fn approve_guards(
+    set: &garuda_staging::ChangeSet,
+    asked: bool,
+    sensitive_flag: bool,
+) -> Result<std::result::Result<Vec<Guard>, (&'static str, i32)>> {
+    let mut approved = Vec::new();
+    for guard in Guard::ALL {
+        let paths: Vec<String> = set
+            .guarded(guard)
+            .iter()
+            .map(|c| visible(&c.path).into_owned())
+            .collect();
+        if paths.is_empty() {
+            continue;
+        }
+        let yes = if asked {
+            ask_guard(guard)?
+        } else {
+            guard == Guard::Sensitive && sensitive_flag
+        };
+        if yes {
+            approved.push(guard);
+            continue;
+        }
+        let list = paths.join(", ");
+        let code = match (guard, asked) {
+            (Guard::GarudaSettings, true) => {
+                eprintln!("garuda: not applied: the change touches Garuda's project settings (.garuda/); it was discarded and the project did not change");
+                STAGED_DISCARDED
+            }
+            (Guard::GarudaSettings, false) => {
+                eprintln!("garuda: nothing was applied: the change touches Garuda's project settings (.garuda/), which --apply never applies on its own; run the command again without --apply, on a terminal, to answer a question of its own for them, or make that change to .garuda/ yourself. The change was discarded and the project did not change");
+                APPLY_REFUSED
+            }
+            (Guard::Sensitive, true) => {
+                eprintln!("garuda: not applied: the change touches sensitive files ({list}); it was discarded and the project did not change");
+                STAGED_DISCARDED
+            }
+            (Guard::Sensitive, false) => {
+                eprintln!("garuda: nothing was applied: the change touches sensitive files ({list}), which --apply alone never applies; add --apply-sensitive to apply them too, or run the command again without --apply, on a terminal, to answer a question of their own for them. The change was discarded and the project did not change");
+                APPLY_REFUSED
+            }
+        };
+        let what = match guard {
+            Guard::GarudaSettings => "refused (touches Garuda's settings)",
+            Guard::Sensitive => "refused (touches sensitive files)",
+        };
+        return Ok(Err((what, code)));
+    }
+    Ok(Ok(approved))
+}
+
+/// The question of a guard's own, asked after "apply": Garuda's settings can loosen what
+/// later commands may do, and a sensitive file's content was not shown, so a yes to the
+/// change is no yes to them. Anything but `y` or `yes` (or the end of input) is a no.
+fn ask_guard(guard: Guard) -> Result<bool> {
     use std::io::BufRead;
-    eprint!("This change also writes Garuda's project settings (.garuda/, listed above), which can loosen what later commands may do. Apply them too? [y/N] ");
+    match guard {
+        Guard::GarudaSettings => eprint!("This change also writes Garuda's project settings (.garuda/, listed above), which can loosen what later commands may do. Apply them too? [y/N] "),
+        Guard::Sensitive => eprint!("This change also writes sensitive files (listed above under \"Sensitive files changed\"), whose content is not shown. Apply them too? [y/N] "),
+    }
     let mut line = String::new();
     if std::io::stdin().lock().read_line(&mut line)? == 0 {
         return Ok(false);
@@ -1298,7 +1364,7 @@ fn ask_apply_or_discard(can_apply: bool) -> Result<Decision> {
             return Ok(Decision::Discard);
         }
         match line.trim() {
-            "a" | "apply" if can_apply => return Ok(Decision::Apply),
+            "a" | "apply" if can_apply => return Ok(Decision::Apply { sensitive: false }),
             "d" | "discard" => return Ok(Decision::Discard),
             _ => {}
         }
