@@ -80,7 +80,10 @@
 //! whenever the evidence cannot rule tampering out — a session that was never closed and that
 //! nothing else records (its tail may have been cut, or its writer crashed), a key that was not
 //! given, a folder changed after the last write, an unreachable witness. "Cannot tell" is never
-//! reported as verified.
+//! reported as verified. When nothing is wrong and no session was found (a project that never
+//! ran a command) the outcome is **NoSessions** (exit 0). What the report says about keys, the
+//! witness and what was read is computed from [`Facts`] only ([`Coverage::from_facts`]).
+//! [`show_each`] gives every session's verified lines for `garuda audit list`.
 //!
 //! It cannot know about lines that were never written (a supervisor compromised before it
 //! logs), lines written after an unclosed session's last checkpoint and then cut, or a rewrite
@@ -141,8 +144,11 @@ pub use layout::{
     INDEX_FILE,
 };
 pub use line::MAX_LINE_BYTES;
-pub use report::{Code, Coverage, Finding, Outcome, Report, SessionSummary, Severity};
-pub use show::{list_sessions, show, Shown};
+pub use report::{
+    Code, Coverage, DiskKeyFacts, Facts, Finding, KeyFileState, Outcome, RegisterFacts, Report,
+    SessionSummary, Severity, TargetFacts, WitnessFacts,
+};
+pub use show::{list_sessions, show, show_each, Shown};
 pub use util::{hex, parse_hex32, Hash, ZERO_HASH};
 pub use verify::{
     verify, verify_session_bytes, ShownLine, VerifyOptions, VerifyTarget, DEFAULT_CTIME_SLACK,

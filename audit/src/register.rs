@@ -54,6 +54,9 @@ pub(crate) struct RegisterInfo {
     pub unknown: Vec<UnknownLine>,
     /// Every key id a readable line claims.
     pub key_ids: std::collections::HashSet<String>,
+    /// Every project a readable line names, MAC checked or not: verify says a project without
+    /// an audit folder has no sessions only when no line names it.
+    pub projects: std::collections::HashSet<String>,
 }
 
 /// A line under a key id that was not given.
@@ -111,6 +114,7 @@ pub(crate) fn check_register(
                     )),
                     Ok(ev) => {
                         info.key_ids.insert(ev.key_id.clone());
+                        info.projects.insert(ev.project.clone());
                         let authentic = crate::layout::valid_session_id(&ev.session)
                             && keys.iter().any(|k| {
                                 ct_eq(&k.register_key(&ev.project, &ev.session).mac(prefix), &mac)

@@ -53,7 +53,7 @@ impl Shown {
         if let Some(f) = &self.stopped {
             let _ = writeln!(
                 out,
-                "stopped at line {}: {:?}: {}",
+                "stopped at line {}: {}: {}",
                 f.line.unwrap_or(0),
                 f.code,
                 visible(&f.message)
@@ -63,9 +63,17 @@ impl Shown {
     }
 }
 
-/// The sessions of a project folder: in the index's order, then any file it does not list.
-/// Reads only; the index is not checked here (that is [`crate::verify`]'s job).
+/// The sessions of a project folder: in the index's order, then any file it does not list,
+/// then the journal's sessions, oldest first. Reads only; the index is not checked here (that
+/// is [`crate::verify`]'s job).
 pub fn list_sessions(project_dir: &Path) -> Result<Vec<String>, AuditError> {
+    let mut ids = legacy_session_ids(project_dir)?;
+    ids.extend(crate::journal::session_ids(project_dir));
+    Ok(ids)
+}
+
+/// The old layout's sessions: in the index's order, then any session file it does not list.
+fn legacy_session_ids(project_dir: &Path) -> Result<Vec<String>, AuditError> {
     let mut ids: Vec<String> = Vec::new();
     let index_path = project_dir.join(INDEX_FILE);
     match fsx::open_read(&index_path) {
@@ -103,7 +111,6 @@ pub fn list_sessions(project_dir: &Path) -> Result<Vec<String>, AuditError> {
     }
     extra.sort();
     ids.extend(extra);
-    ids.extend(crate::journal::session_ids(project_dir));
     Ok(ids)
 }
 
@@ -137,40 +144,129 @@ pub fn show(
             (path, data, (0, 0))
         }
     };
+    Ok(shown_of(&path, &project, session_id, &data, base, keys))
+}
+
+/// Every session of a project folder with its lines that verify, as [`show`] gives one,
+/// reading each file once: the old layout's session files (in [`list_sessions`]'s order),
+/// then each journal lane, its sessions in the order they were written. For `garuda audit
+/// list`, which reads the whole history; nothing on the writer's path calls it.
+pub fn show_each(
+    project_dir: &Path,
+    keys: &[InstallSecret],
+    mut each: impl FnMut(Shown),
+) -> Result<(), AuditError> {
+    let project = project_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // The old layout: one file per session (the journal's sessions are in its lanes).
+    for id in legacy_session_ids(project_dir)? {
+        let path = project_dir.join(layout::log_file_name(&id));
+        match fsx::open_read(&path) {
+            Ok(mut f) => {
+                let mut data = Vec::new();
+                f.read_to_end(&mut data)
+                    .map_err(|e| AuditError::io(&path, e))?;
+                each(shown_of(&path, &project, &id, &data, (0, 0), keys));
+            }
+            // The index names it and its file is gone: listed as such (verify says more).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => each(Shown {
+                session: id,
+                lines: Vec::new(),
+                stopped: Some(Finding {
+                    file: path,
+                    offset: None,
+                    line: None,
+                    seq: None,
+                    epoch: None,
+                    code: crate::Code::FileMissing,
+                    severity: Severity::Error,
+                    message: "the project index names this session; its file is gone".into(),
+                }),
+            }),
+            Err(e) => return Err(AuditError::io(&path, e)),
+        }
+    }
+    for lane in 0..crate::journal::MAX_LANES {
+        let path = project_dir.join(crate::journal::journal_file_name(lane));
+        let data = match fsx::open_read(&path) {
+            Ok(mut f) => {
+                let mut data = Vec::new();
+                f.read_to_end(&mut data)
+                    .map_err(|e| AuditError::io(&path, e))?;
+                data
+            }
+            // Lanes are taken lowest first: the first one missing after lane 0 ends them.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if lane > 0 {
+                    break;
+                }
+                continue;
+            }
+            Err(e) => return Err(AuditError::io(&path, e)),
+        };
+        for seg in crate::journal::segments(&data) {
+            // Lines before the first session (a retention record, or damage) are verify's.
+            if seg.session.is_empty() || !layout::valid_session_id(&seg.session) {
+                continue;
+            }
+            each(shown_of(
+                &path,
+                &project,
+                &seg.session,
+                seg.data,
+                (seg.offset, seg.line),
+                keys,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A session's verified lines from its bytes (`base`: where they start in their file).
+fn shown_of(
+    path: &Path,
+    project: &str,
+    session_id: &str,
+    data: &[u8],
+    base: (u64, u64),
+    keys: &[InstallSecret],
+) -> Shown {
     // The key that authenticates the first line; without one, nothing can be shown.
     let key = keys.iter().find(|k| {
         data.split(|&c| c == b'\n')
             .next()
             .and_then(line::split_mac)
-            .is_some_and(|(prefix, mac)| k.session_key(&project, session_id).mac(prefix) == mac)
+            .is_some_and(|(prefix, mac)| k.session_key(project, session_id).mac(prefix) == mac)
     });
     let Some(key) = key else {
-        return Ok(Shown {
+        return Shown {
             session: session_id.to_string(),
             lines: Vec::new(),
             stopped: Some(Finding {
-                file: path,
-                offset: Some(0),
-                line: Some(1),
+                file: path.to_path_buf(),
+                offset: Some(base.0),
+                line: Some(base.1 + 1),
                 seq: None,
                 epoch: None,
                 code: crate::Code::KeyUnknown,
                 severity: Severity::Undecidable,
                 message: "no given key authenticates the first line".into(),
             }),
-        });
+        };
     };
-    let mut scan = scan_session(&path, Some(&project), session_id, &data, Some(key), true);
+    let mut scan = scan_session(path, Some(project), session_id, data, Some(key), true);
     crate::journal::rebase(&mut scan, base);
     let stopped = scan
         .findings
         .into_iter()
         .find(|f| f.severity == Severity::Error);
-    Ok(Shown {
+    Shown {
         session: session_id.to_string(),
         lines: scan.shown,
         stopped,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -33,7 +33,10 @@ use crate::layout::{self, split_lines, INDEX_FILE};
 use crate::line::{self, MAX_LINE_BYTES};
 use crate::merkle::{leaf_hash, root_of, Compact};
 use crate::register::{check_register, index_against_register, register_path, RegisterInfo};
-use crate::report::{Code, Coverage, Finding, Report, SessionSummary, Severity};
+use crate::report::{
+    Code, Coverage, DiskKeyFacts, Facts, Finding, KeyFileState, Report, SessionSummary, Severity,
+    TargetFacts, WitnessFacts,
+};
 use crate::util::{ct_eq, finish, hex, keyed, parse_hex32, sha256, Hash, ZERO_HASH};
 use crate::witness::{self, WitnessConfig};
 use crate::writer::SessionHead;
@@ -71,6 +74,9 @@ pub struct VerifyOptions {
     pub trusted_heads: Vec<SessionHead>,
     /// Tolerance for the ctime check (clock granularity, sync latency).
     pub ctime_slack: Duration,
+    /// The project folder a [`VerifyTarget::Project`] is for: only named in the report's
+    /// wording ("no sessions recorded for project …"), never used to find files.
+    pub project_root: Option<PathBuf>,
 }
 
 impl VerifyOptions {
@@ -83,6 +89,7 @@ impl VerifyOptions {
             witness: None,
             trusted_heads: Vec::new(),
             ctime_slack: DEFAULT_CTIME_SLACK,
+            project_root: None,
         }
     }
 }
@@ -666,6 +673,17 @@ fn pick_key<'k>(
 
 /// Verifies the target and reports. Never fails: unreadable evidence is a finding.
 pub fn verify(opts: &VerifyOptions) -> Report {
+    let (target, audit_root) = match &opts.target {
+        VerifyTarget::Project(dir) => (
+            TargetFacts::Project {
+                dir: dir.clone(),
+                project: opts.project_root.clone(),
+                exists: false,
+            },
+            dir.parent().map(Path::to_path_buf).unwrap_or_default(),
+        ),
+        VerifyTarget::All(root) => (TargetFacts::All { projects: 0 }, root.clone()),
+    };
     let mut report = Report {
         findings: Vec::new(),
         sessions: Vec::new(),
@@ -675,7 +693,9 @@ pub fn verify(opts: &VerifyOptions) -> Report {
             anyone: false,
             notes: Vec::new(),
         },
+        facts: Facts::new(target, &audit_root, &register_path(&audit_root)),
     };
+    report.facts.audit_root_exists = fs::symlink_metadata(&audit_root).is_ok();
     let uid = match fsx::current_uid() {
         Ok(u) => u,
         Err(e) => {
@@ -699,6 +719,15 @@ pub fn verify(opts: &VerifyOptions) -> Report {
     let reg = root
         .as_deref()
         .and_then(|r| load_register(r, opts, uid, &mut report.findings));
+    if let Some(r) = &reg {
+        report.facts.register.present = true;
+        report.facts.register.lines = r.lines;
+        if let VerifyTarget::Project(dir) = &opts.target {
+            report.facts.register.names_project = dir
+                .file_name()
+                .is_some_and(|n| r.projects.contains(n.to_string_lossy().as_ref()));
+        }
+    }
     let claimed = root.as_deref().map(claimed_key_ids).unwrap_or_default();
     let reg_ctx = RegCtx {
         path: &reg_path,
@@ -716,6 +745,9 @@ pub fn verify(opts: &VerifyOptions) -> Report {
         VerifyTarget::All(root) => {
             check_meta(root, true, uid, &mut report.findings);
             let mut dirs: Vec<PathBuf> = match fs::read_dir(root) {
+                // No audit folder: nothing recorded yet (a register or a given key that says
+                // otherwise is reported below and by KEY_UNUSED).
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
                 Ok(rd) => rd
                     .filter_map(Result::ok)
                     .filter(|e| {
@@ -736,6 +768,9 @@ pub fn verify(opts: &VerifyOptions) -> Report {
                 }
             };
             dirs.sort();
+            report.facts.target = TargetFacts::All {
+                projects: dirs.len() as u64,
+            };
             let local: HashSet<String> = dirs
                 .iter()
                 .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -769,6 +804,7 @@ pub fn verify(opts: &VerifyOptions) -> Report {
             if let Some(w) = &opts.witness {
                 match witness::list(w, checkpoint::ORIGIN_PREFIX) {
                     Ok(origins) => {
+                        report.facts.witness_origins = Some(origins.len() as u64);
                         let mut missing: Vec<String> = origins
                             .iter()
                             .filter_map(|o| o.strip_prefix(checkpoint::ORIGIN_PREFIX))
@@ -796,7 +832,8 @@ pub fn verify(opts: &VerifyOptions) -> Report {
             }
         }
     }
-    report.coverage = coverage(opts, &report, witnessed_all);
+    report.facts = facts(opts, &report, witnessed_all);
+    report.coverage = Coverage::from_facts(&report.facts);
     report
 }
 
@@ -1253,16 +1290,63 @@ fn verify_project(
                         rec.session
                     ),
                 )),
-                None => findings.push(Finding::new(
-                    dir,
-                    Code::FileMissing,
-                    Severity::Undecidable,
-                    "no audit folder for this project",
-                )),
+                // No authentic record of the project. A register line under a key not given
+                // that names it, or an audit root without a register, leaves it open whether
+                // the project had sessions; otherwise nothing says it had any: no finding, and
+                // the report says that no session is recorded (`Outcome::NoSessions`).
+                None if reg.info.is_some_and(|r| r.projects.contains(&dir_name)) => findings
+                    .push(Finding::new(
+                        dir,
+                        Code::FileMissing,
+                        Severity::Undecidable,
+                        "no audit folder for this project, and the register names it only in lines that could not be checked (under a key not given)",
+                    )),
+                None if reg.info.is_none() && report.facts.audit_root_exists => {
+                    findings.push(Finding::new(
+                        dir,
+                        Code::FileMissing,
+                        Severity::Undecidable,
+                        format!(
+                            "no audit folder for this project, and no register to tell whether it had one, though the audit folder {} exists",
+                            dir.parent().unwrap_or(dir).display()
+                        ),
+                    ));
+                }
+                None => {}
+            }
+            // The witness is outside the reach of whoever removed the folder: it may still
+            // hold the project's checkpoints.
+            if let Some(w) = &opts.witness {
+                let prefix = format!("{}{dir_name}/", checkpoint::ORIGIN_PREFIX);
+                match witness::list(w, &prefix) {
+                    Ok(origins) => {
+                        report.facts.witness_origins = Some(origins.len() as u64);
+                        if !origins.is_empty() {
+                            findings.push(Finding::new(
+                                dir,
+                                Code::WitnessAhead,
+                                Severity::Error,
+                                format!(
+                                    "the witness holds checkpoints of {} session(s) of this project, whose audit folder is gone",
+                                    origins.len()
+                                ),
+                            ));
+                        }
+                    }
+                    Err(e) => findings.push(Finding::new(
+                        dir,
+                        Code::WitnessUnavailable,
+                        Severity::Undecidable,
+                        e.to_string(),
+                    )),
+                }
             }
             return false;
         }
         _ => {}
+    }
+    if let TargetFacts::Project { exists, .. } = &mut report.facts.target {
+        *exists = true;
     }
     if !check_meta(dir, true, uid, findings)
         && fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink())
@@ -1287,7 +1371,8 @@ fn verify_project(
                         Some((lane, "jsonl")) => {
                             lanes.insert(lane);
                         }
-                        Some((_, "ckpt" | "tail")) => {}
+                        Some((_, "ckpt")) => report.facts.checkpoints += 1,
+                        Some((_, "tail")) => {}
                         _ => findings.push(Finding::new(
                             &e.path(),
                             Code::Malformed,
@@ -1326,6 +1411,13 @@ fn verify_project(
             ));
             return false;
         }
+    }
+
+    report.facts.journals += lanes.len() as u64;
+    report.facts.legacy_sessions += logs.len() as u64;
+    report.facts.checkpoints += ckpts.len() as u64;
+    if index_meta.is_some() {
+        report.facts.legacy_indexes += 1;
     }
 
     // The index.
@@ -2221,84 +2313,75 @@ fn check_checkpoint(
     }
 }
 
-fn coverage(opts: &VerifyOptions, report: &Report, witnessed_all: bool) -> Coverage {
-    let mut notes = Vec::new();
-    // Is any verified session's install secret still on disk? A key file that exists but
-    // cannot be read counts as on disk: nothing shows it is not.
-    let on_disk = opts.keys_dir.as_ref().and_then(|d| {
-        let path = d.join(INSTALL_KEY_FILE);
-        match fs::symlink_metadata(&path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Some(false),
-            Err(_) => None,
-            Ok(_) => Some(InstallSecret::read_file(&path).map_or(true, |k| {
-                let id = hex(&k.key_id());
-                report
-                    .sessions
-                    .iter()
-                    .any(|s| s.key_id.as_deref() == Some(id.as_str()))
-            })),
-        }
-    });
-    // A second copy of the secret left by a crash while it was created counts as on disk.
-    let on_disk = match (on_disk, &opts.keys_dir) {
-        (Some(false), Some(d)) if !crate::keys::key_temp_files(d).is_empty() => Some(true),
-        (x, _) => x,
+/// The facts the report's sentences are computed from: what verify gathered while checking
+/// (`report.facts`), completed with the keys folder, the sessions by key, the witness and the
+/// findings.
+fn facts(opts: &VerifyOptions, report: &Report, witnessed_all: bool) -> Facts {
+    let mut f = report.facts.clone();
+    f.disk_key = opts.keys_dir.as_ref().map(|d| disk_key_facts(d));
+    let disk_id = match f.disk_key.as_ref().map(|k| &k.file) {
+        Some(KeyFileState::Present { key_id, .. }) => Some(key_id.clone()),
+        _ => None,
     };
-    let same_user = match on_disk {
-        // Without the secret such a process cannot forge anything, but it can still remove
-        // the newest sessions with every local trace (only ctimes show that, and a restored
-        // copy of the whole folder shows only as "cannot tell"): only a witness holding the
-        // newest state rules that out.
-        Some(false) if witnessed_all => true,
-        Some(false) => {
-            notes.push("the install secret is off disk, so a process with your rights cannot forge lines; but without a witness holding every session's final checkpoint it can still remove the newest session(s) with their index and register entries, which shows only as CHANGED_AFTER_WRITE (ctimes) until the next session records it".into());
-            false
+    f.given_keys = opts
+        .keys
+        .iter()
+        .map(|k| hex(&k.key_id()))
+        .filter(|id| Some(id) != disk_id.as_ref())
+        .collect();
+    f.given_keys.sort();
+    f.given_keys.dedup();
+    f.sessions = report.sessions.len() as u64;
+    for s in &report.sessions {
+        match &s.key_id {
+            Some(id) if Some(id) == disk_id.as_ref() => f.under_disk_key += 1,
+            Some(_) => f.under_given_key += 1,
+            // A session named by evidence whose file is gone has no lines and no key.
+            None if s.lines > 0 => f.key_not_given += 1,
+            None => {}
         }
-        Some(true) => {
-            notes.push(format!(
-                "the install secret of these sessions is on disk ({}): a process with your rights could have rewritten them consistently; `garuda audit key export --remove` moves it off",
-                opts.keys_dir
-                    .as_ref()
-                    .map(|d| d.join(INSTALL_KEY_FILE).display().to_string())
-                    .unwrap_or_default()
-            ));
-            false
-        }
-        None => {
-            notes.push(
-                "the keys folder was not given, so whether the install secret is on disk is unknown"
-                    .into(),
-            );
-            false
-        }
-    };
-    if opts.witness.is_none() {
-        notes.push("no witness: root, or anyone holding the secret, can rewrite the log together with all local evidence".into());
-    } else if !witnessed_all {
-        notes.push("the witness does not hold the final checkpoint of every session".into());
     }
-    let pruned: Vec<&Finding> = report
+    f.witness = if opts.witness.is_some() {
+        WitnessFacts::Asked {
+            holds_all: witnessed_all,
+        }
+    } else {
+        WitnessFacts::None
+    };
+    let count = |code: Code| report.findings.iter().filter(|x| x.code == code).count() as u64;
+    f.pruned_journals = count(Code::Pruned);
+    f.open_sessions = count(Code::OpenSession);
+    f.problems = report
         .findings
         .iter()
-        .filter(|f| f.code == Code::Pruned)
-        .collect();
-    if !pruned.is_empty() {
-        notes.push(format!(
-            "retention pruned the oldest sessions of {} journal(s): only their sealed heads remain, and nothing about their lines can be checked any more",
-            pruned.len()
-        ));
-    }
-    if report.findings.iter().any(|f| f.code == Code::OpenSession) {
-        notes.push(
-            "lines an open session wrote after its last checkpoint are covered by no evidence"
-                .into(),
-        );
-    }
-    Coverage {
-        commands_and_agent: true,
-        same_user_processes: same_user,
-        anyone: witnessed_all,
-        notes,
+        .filter(|x| x.severity != Severity::Warning)
+        .count() as u64;
+    f
+}
+
+/// The install secret file as it is: absent, present (mode, key id), or unreadable (which
+/// counts as on disk: nothing shows it is not). And any second copy a crash left.
+fn disk_key_facts(keys_dir: &Path) -> DiskKeyFacts {
+    let path = keys_dir.join(INSTALL_KEY_FILE);
+    let file = match fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => KeyFileState::Absent,
+        Err(e) => KeyFileState::Unreadable {
+            error: e.to_string(),
+        },
+        Ok(meta) => match InstallSecret::read_file(&path) {
+            Ok(k) => KeyFileState::Present {
+                mode: meta.mode() & 0o7777,
+                key_id: hex(&k.key_id()),
+            },
+            Err(e) => KeyFileState::Unreadable {
+                error: e.to_string(),
+            },
+        },
+    };
+    DiskKeyFacts {
+        path,
+        file,
+        temp_copies: crate::keys::key_temp_files(keys_dir),
     }
 }
 

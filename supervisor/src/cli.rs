@@ -180,17 +180,35 @@ enum AuditCmd {
         #[arg(long, value_name = "DIR")]
         witness_dir: Option<PathBuf>,
     },
-    /// Print the verified lines of a session (default: the newest).
+    /// Print the verified lines of a session (default: list the newest sessions, then show
+    /// the newest one's lines).
     Show {
         /// The project (default: the git root above the current folder).
         #[arg(long)]
         project: Option<PathBuf>,
-        /// The session id.
+        /// The session id (`garuda audit list` lists them).
         #[arg(long)]
         session: Option<String>,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        /// An exported install secret (`garuda audit key export`); may be repeated.
+        #[arg(long = "key", value_name = "FILE")]
+        keys: Vec<PathBuf>,
+    },
+    /// List the project's sessions, oldest first: start time (UTC), session id, result,
+    /// command. Exit 0 when every line verifies, 1 when one does not, 2 when a session's
+    /// secret was not given.
+    List {
+        /// The project (default: the git root above the current folder).
+        #[arg(long)]
+        project: Option<PathBuf>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+        /// An exported install secret (`garuda audit key export`); may be repeated.
+        #[arg(long = "key", value_name = "FILE")]
+        keys: Vec<PathBuf>,
     },
     /// A file-backed witness: reads one checkpoint request on stdin, answers on stdout.
     WitnessServe {
@@ -324,17 +342,37 @@ pub fn main() -> i32 {
                 })
                 // Verify that cannot run cannot tell: 2, never 0.
                 .map_err(|e| (e, 2)),
+                // Garuda's own failures (an unknown session, an unreadable file): 125.
                 AuditCmd::Show {
                     project,
                     session,
                     json,
-                } => crate::audit_cmd::show(project, session, json).map_err(|e| (e, 1)),
+                    keys,
+                } => crate::audit_cmd::show(
+                    crate::audit_cmd::ReadArgs {
+                        project,
+                        json,
+                        keys,
+                    },
+                    session,
+                )
+                .map_err(|e| (e, SETUP_FAILED)),
+                AuditCmd::List {
+                    project,
+                    json,
+                    keys,
+                } => crate::audit_cmd::list(crate::audit_cmd::ReadArgs {
+                    project,
+                    json,
+                    keys,
+                })
+                .map_err(|e| (e, SETUP_FAILED)),
                 AuditCmd::WitnessServe { dir } => {
-                    crate::audit_cmd::witness_serve(&dir).map_err(|e| (e, 1))
+                    crate::audit_cmd::witness_serve(&dir).map_err(|e| (e, SETUP_FAILED))
                 }
                 AuditCmd::Key {
                     action: KeyCmd::Export { out, remove },
-                } => crate::audit_cmd::key_export(&out, remove).map_err(|e| (e, 1)),
+                } => crate::audit_cmd::key_export(&out, remove).map_err(|e| (e, SETUP_FAILED)),
             };
             match result {
                 Ok(code) => code,
