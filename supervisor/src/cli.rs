@@ -757,27 +757,56 @@ impl NetworkSession {
     }
 }
 
+/// What the proxy reports for the audit log's `command_result`: the hosts it refused
+/// (`host:port (reason)`) and the allowed hosts it could not reach.
+#[derive(Debug, Default)]
+struct NetworkReport {
+    blocked: Vec<String>,
+    unreachable: Vec<serde_json::Value>,
+}
+
 impl NetworkSession {
-    /// Stops the proxy, prints the hosts it refused, and returns them for the audit log.
-    fn finish(mut self) -> Vec<String> {
+    /// Stops the proxy, prints the hosts it refused and those it could not reach, and returns
+    /// them for the audit log.
+    fn finish(mut self) -> NetworkReport {
         self.stop()
     }
 
-    fn stop(&mut self) -> Vec<String> {
+    fn stop(&mut self) -> NetworkReport {
         let Some(scope) = self.scope.take() else {
-            return Vec::new();
+            return NetworkReport::default();
         };
+        let unreachable = scope.unreachable();
         let blocked = scope.close();
         if !blocked.is_empty() {
             eprintln!("garuda: blocked: {blocked}");
+        }
+        if !unreachable.is_empty() {
+            eprintln!("garuda: could not reach: {unreachable}");
         }
         let listed = blocked
             .into_vec()
             .into_iter()
             .map(|b| format!("{}:{} ({})", b.host, b.port, b.reason))
             .collect();
+        let unreachable = unreachable
+            .into_vec()
+            .into_iter()
+            .map(|u| {
+                serde_json::json!({
+                    "host": u.host,
+                    "port": u.port,
+                    "error": u.kind.proxy_status(),
+                    "reason": u.reason,
+                    "count": u.count,
+                })
+            })
+            .collect();
         let _ = std::fs::remove_dir_all(&self.dir);
-        listed
+        NetworkReport {
+            blocked: listed,
+            unreachable,
+        }
     }
 }
 
@@ -1040,13 +1069,14 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
             run_forwarding_signals(&*selection.executor, &spec, &policy, mode);
         let outcome = outcome.map_err(|e| anyhow!(e))?;
         let code = finish(&outcome, capture, interrupted);
-        let blocked = network
+        let report = network
             .take()
             .map(NetworkSession::finish)
             .unwrap_or_default();
+        network_off_hint(&outcome, &settings, &host, &project);
         recorder.event(
             "command_result",
-            result_event(&outcome, &blocked, None, interrupted),
+            result_event(&outcome, &report, None, interrupted),
         )?;
         return Ok(code);
     }
@@ -1092,21 +1122,37 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
         (None, Some(not_applied)) => not_applied,
         _ => code,
     };
-    let blocked = network
+    let report = network
         .take()
         .map(NetworkSession::finish)
         .unwrap_or_default();
+    network_off_hint(&outcome, &settings, &host, &project);
     recorder.event(
         "command_result",
-        result_event(&outcome, &blocked, Some(staged_result), interrupted),
+        result_event(&outcome, &report, Some(staged_result), interrupted),
     )?;
     Ok(code)
+}
+
+/// With the network off, a command that asked the resolver stub for a name gets the line that
+/// says so and how to allow a host (see [`crate::dnsstub`]).
+fn network_off_hint(
+    outcome: &executor::Outcome,
+    settings: &EffectiveSettings,
+    host: &HostEnv,
+    project: &Path,
+) {
+    let user_policy = SourcePaths::standard(project, host).user;
+    let managed = settings.managed_hosts_only.as_ref().map(|o| o.to_string());
+    if let Some(line) = crate::dnsstub::hint(&outcome.lookups, &user_policy, managed.as_deref()) {
+        eprintln!("garuda: {line}");
+    }
 }
 
 /// The `command_result` event of the audit log.
 fn result_event(
     outcome: &executor::Outcome,
-    blocked: &[String],
+    network: &NetworkReport,
     staged: Option<&str>,
     interrupted: Option<i32>,
 ) -> serde_json::Value {
@@ -1120,7 +1166,9 @@ fn result_event(
         "code": detail,
         "exit_code": outcome.status.code(),
         "duration_ms": u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
-        "blocked": blocked,
+        "blocked": network.blocked,
+        "unreachable": network.unreachable,
+        "lookups": outcome.lookups.names(),
         "staged": staged,
         "interrupted_by_signal": interrupted,
     })

@@ -19,6 +19,7 @@
 
 pub mod audit_cmd;
 pub mod cli;
+pub mod dnsstub;
 pub mod doctor;
 pub mod executor;
 pub mod netbridge;

@@ -720,6 +720,9 @@ pub struct NativePlan {
     /// In proxy mode: outer makes the bridge's listener in the new network namespace and hands
     /// it to the supervisor (see [`BridgeHandoff`]) before anything else runs there.
     pub bridge: Option<BridgeHandoff>,
+    /// With the network off: outer makes the resolver stub's sockets in the new network
+    /// namespace and hands them to the supervisor (see [`DnsHandoff`]).
+    pub dns: Option<DnsHandoff>,
     /// The supervisor's own executable (`O_PATH`, close-on-exec, see [`open_own_executable`]):
     /// PID 1 executes it as the reaper ([`REAPER_ARGV0`]) once its setup is done.
     pub reaper_exe: RawFd,
@@ -750,6 +753,25 @@ pub fn open_own_executable() -> io::Result<OwnedFd> {
 pub struct BridgeHandoff {
     /// Loopback port to listen on inside the sandbox.
     pub port: u16,
+    /// The sandbox's end of a unix socket pair (close-on-exec); closed after the handoff.
+    pub channel: RawFd,
+}
+
+/// Resolver addresses the network-off stub listens on, at most (`crate::dnsstub`).
+pub const MAX_STUB_RESOLVERS: usize = 4;
+
+/// The sandbox side of the network-off resolver stub (`crate::dnsstub`): in the new network
+/// namespace, after loopback is up, the setup code binds a UDP socket on port 53 of each
+/// address and sends it to the supervisor over `channel` (`SCM_RIGHTS`), then closes its
+/// copies and the channel. An IPv4 address outside `127.0.0.0/8` is first added to `lo` as
+/// the alias `lo:N` with a `/32` mask, so it is local in the namespace and nothing else
+/// becomes routable. Best effort: an address that cannot be set up is skipped, and nothing
+/// here fails the setup (the stub only makes a message better; the isolation does not depend
+/// on it).
+#[derive(Debug, Clone, Copy)]
+pub struct DnsHandoff {
+    /// The addresses (`None` slots are unused).
+    pub addrs: [Option<std::net::IpAddr>; MAX_STUB_RESOLVERS],
     /// The sandbox's end of a unix socket pair (close-on-exec); closed after the handoff.
     pub channel: RawFd,
 }
@@ -938,6 +960,9 @@ fn outer_main(plan: &NativePlan) -> ! {
             // SAFETY: ends the child.
             unsafe { libc::_exit(SETUP_FAILED_EXIT) }
         }
+    }
+    if let Some(dns) = &plan.dns {
+        dns_handoff(dns);
     }
     for (i, step) in plan.mounts.iter().enumerate() {
         if let Err(e) = run_mount_step(step) {
@@ -1794,6 +1819,161 @@ fn bridge_handoff_inner(bridge: &BridgeHandoff) -> Result<(), (Stage, i32)> {
     }
 }
 
+/// Port of the resolver stub's sockets (DNS).
+const DNS_PORT: u16 = 53;
+
+/// In a child of the supervisor, inside the new network namespace (loopback up): make the
+/// resolver stub's sockets and send them over the channel, then close it (see
+/// [`DnsHandoff`]). Never fails: an address that cannot be set up is skipped.
+/// Async-signal-safe: system calls on stack data only.
+pub(crate) fn dns_handoff(dns: &DnsHandoff) {
+    for (index, address) in dns.addrs.iter().enumerate() {
+        let Some(address) = address else {
+            continue;
+        };
+        if let Ok(fd) = dns_socket(index, *address) {
+            let _ = send_fd(dns.channel, fd);
+            // SAFETY: the supervisor has its own copy now (or the send failed); ours goes.
+            unsafe { libc::close(fd) };
+        }
+    }
+    // SAFETY: closing our end of the channel: the supervisor sees the end of the handoff, and
+    // the command must not inherit it.
+    unsafe { libc::close(dns.channel) };
+}
+
+/// A UDP socket bound to port 53 of `address` in the current network namespace; an IPv4
+/// address outside loopback is added to `lo` first (alias number `index + 1`).
+fn dns_socket(index: usize, address: std::net::IpAddr) -> Result<RawFd, i32> {
+    use std::net::IpAddr;
+    match address {
+        IpAddr::V4(v4) => {
+            if !v4.is_loopback() {
+                add_loopback_alias(index, v4.octets())?;
+            }
+            bound_udp(&UdpAddr::V4(sockaddr_v4(v4.octets(), DNS_PORT)))
+        }
+        IpAddr::V6(v6) if v6.is_loopback() => {
+            // SAFETY: sockaddr_in6 is plain data; all-zero is a valid empty address.
+            let mut addr: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+            addr.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            addr.sin6_port = DNS_PORT.to_be();
+            addr.sin6_addr.s6_addr = v6.octets();
+            bound_udp(&UdpAddr::V6(addr))
+        }
+        // No way to make another IPv6 address local without netlink: not listened on.
+        IpAddr::V6(_) => Err(libc::EADDRNOTAVAIL),
+    }
+}
+
+fn sockaddr_v4(octets: [u8; 4], port: u16) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_be_bytes(octets).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+/// A socket address for [`bound_udp`].
+enum UdpAddr {
+    V4(libc::sockaddr_in),
+    V6(libc::sockaddr_in6),
+}
+
+/// A close-on-exec UDP socket bound to `addr` (IPv6 sockets are IPv6 only).
+fn bound_udp(addr: &UdpAddr) -> Result<RawFd, i32> {
+    let (family, ptr, len): (libc::c_int, *const libc::sockaddr, usize) = match addr {
+        UdpAddr::V4(a) => (
+            libc::AF_INET,
+            (a as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>(),
+        ),
+        UdpAddr::V6(a) => (
+            libc::AF_INET6,
+            (a as *const libc::sockaddr_in6).cast(),
+            std::mem::size_of::<libc::sockaddr_in6>(),
+        ),
+    };
+    // SAFETY: socket with constant arguments.
+    let fd = unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    if family == libc::AF_INET6 {
+        let one: libc::c_int = 1;
+        // SAFETY: `one` is a valid c_int option value of the size given; `fd` is ours.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::IPPROTO_IPV6,
+                libc::IPV6_V6ONLY,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+    }
+    // SAFETY: `ptr` points at the address in `addr`, borrowed for the call, of `len` bytes
+    // for `family`.
+    if unsafe { libc::bind(fd, ptr, len as libc::socklen_t) } != 0 {
+        let e = errno();
+        // SAFETY: closing the socket opened above.
+        unsafe { libc::close(fd) };
+        return Err(e);
+    }
+    Ok(fd)
+}
+
+/// `struct ifreq` with the address member of its union (40 bytes on 64-bit Linux).
+#[repr(C)]
+struct IfreqAddr {
+    name: [u8; 16],
+    addr: libc::sockaddr_in,
+    _pad: [u8; 8],
+}
+
+/// Add `octets` to `lo` as the alias `lo:N` (N = `index + 1`) with a `/32` mask: the address
+/// becomes local in this network namespace, and no other. `SIOCSIFADDR` gives a new alias the
+/// classful mask of its address (a `/8` for `10.x`, which on a loopback device would make the
+/// whole `/8` local), so `SIOCSIFNETMASK` narrows it right after, before anything runs in the
+/// namespace. The label must carry the `:N`: `SIOCSIFADDR` on plain `lo` would replace
+/// `127.0.0.1`.
+fn add_loopback_alias(index: usize, octets: [u8; 4]) -> Result<(), i32> {
+    let digit = u8::try_from(index + 1)
+        .ok()
+        .filter(|d| *d <= 9)
+        .ok_or(libc::EINVAL)?;
+    let mut req = IfreqAddr {
+        name: [0; 16],
+        addr: sockaddr_v4(octets, 0),
+        _pad: [0; 8],
+    };
+    req.name[..4].copy_from_slice(&[b'l', b'o', b':', b'0' + digit]);
+    // SAFETY: socket with constant arguments.
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if sock < 0 {
+        return Err(errno());
+    }
+    // SAFETY: `req` is a valid, writable ifreq for both ioctls; the socket is ours.
+    let r = unsafe {
+        if libc::ioctl(sock, libc::SIOCSIFADDR, &mut req as *mut IfreqAddr) != 0 {
+            -1
+        } else {
+            req.addr = sockaddr_v4([255; 4], 0);
+            libc::ioctl(sock, libc::SIOCSIFNETMASK, &mut req as *mut IfreqAddr)
+        }
+    };
+    let e = errno();
+    // SAFETY: closing the socket opened above.
+    unsafe { libc::close(sock) };
+    if r != 0 {
+        return Err(e);
+    }
+    Ok(())
+}
+
 /// Send `fd` over the unix socket `channel` (`SCM_RIGHTS`, with a one-byte payload).
 /// Async-signal-safe.
 fn send_fd(channel: RawFd, fd: RawFd) -> Result<(), i32> {
@@ -1956,9 +2136,10 @@ pub fn unix_connect_nonblocking(path: &std::path::Path) -> io::Result<OwnedFd> {
 ///
 /// - a mount namespace with the staged view at the project's path, when `mount` is set (bwrap
 ///   0.8 has no `--overlay`);
-/// - a network namespace with loopback up and the proxy bridge's listener handed to the
-///   supervisor, when `bridge` is set (bwrap then runs without `--unshare-net` and inherits
-///   it; it has no way to hand out a socket of the namespace it makes itself).
+/// - always a network namespace with loopback up, and in it the proxy bridge's listener
+///   handed to the supervisor when `bridge` is set, or the resolver stub's sockets when `dns`
+///   is (bwrap then runs without `--unshare-net` and inherits it; it has no way to hand out a
+///   socket of the namespace it makes itself).
 pub struct BwrapNamespaces {
     /// Contents of `/proc/self/uid_map` (the user mapped to itself).
     pub uid_map: Vec<u8>,
@@ -1968,12 +2149,15 @@ pub struct BwrapNamespaces {
     pub mount: Option<MountStep>,
     /// The proxy bridge's listener handoff.
     pub bridge: Option<BridgeHandoff>,
+    /// With the network off: the resolver stub's sockets handoff.
+    pub dns: Option<DnsHandoff>,
 }
 
 /// Install a `pre_exec` hook on a `std::process::Command` that, in the child, clears
 /// close-on-exec on `keep` (the descriptors bubblewrap reads, like `--add-seccomp-fd`), sets
 /// `RLIMIT_NPROC` when given, joins a cgroup by writing `0` to `cgroup_procs` when given,
-/// makes the namespaces of [`BwrapNamespaces`] when given, and last (inside the staged view,
+/// makes the namespaces of [`BwrapNamespaces`] (always: bwrap's argument vector has no
+/// `--unshare-net`, so the network namespace is this one), and last (inside the staged view,
 /// if any) opens each path of `holds` at its descriptor (one the caller reserved), refusing a
 /// link in any component, for bwrap to bind from `/proc/self/fd/N`: it would follow a link in
 /// a path.
@@ -1982,7 +2166,7 @@ pub fn bwrap_pre_exec(
     keep: Vec<RawFd>,
     nproc: Option<u64>,
     cgroup_procs: Option<CString>,
-    namespaces: Option<BwrapNamespaces>,
+    namespaces: BwrapNamespaces,
     holds: Vec<(CString, RawFd)>,
 ) {
     use std::os::unix::process::CommandExt;
@@ -2004,26 +2188,25 @@ pub fn bwrap_pre_exec(
         if let Some(path) = &cgroup_procs {
             write_file(path, b"0").map_err(io::Error::from_raw_os_error)?;
         }
-        if let Some(ns) = &namespaces {
-            let mut flags = libc::CLONE_NEWUSER;
-            if ns.mount.is_some() {
-                flags |= libc::CLONE_NEWNS;
-            }
-            if ns.bridge.is_some() {
-                flags |= libc::CLONE_NEWNET;
-            }
-            // SAFETY: unshare takes flags only.
-            cvt(unsafe { libc::unshare(flags) } as libc::c_long)?;
-            write_id_maps(&ns.uid_map, &ns.gid_map).map_err(io::Error::from_raw_os_error)?;
-            if let Some(mount) = &ns.mount {
-                run_mount_step(&MountStep::MakeRootPrivate)
-                    .map_err(io::Error::from_raw_os_error)?;
-                run_mount_step(mount).map_err(io::Error::from_raw_os_error)?;
-            }
-            if let Some(bridge) = &ns.bridge {
-                loopback_up().map_err(io::Error::from_raw_os_error)?;
-                bridge_handoff(bridge).map_err(|(_, e)| io::Error::from_raw_os_error(e))?;
-            }
+        let ns = &namespaces;
+        // The network namespace is always the hook's: bwrap runs without `--unshare-net`.
+        let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNET;
+        if ns.mount.is_some() {
+            flags |= libc::CLONE_NEWNS;
+        }
+        // SAFETY: unshare takes flags only.
+        cvt(unsafe { libc::unshare(flags) } as libc::c_long)?;
+        write_id_maps(&ns.uid_map, &ns.gid_map).map_err(io::Error::from_raw_os_error)?;
+        if let Some(mount) = &ns.mount {
+            run_mount_step(&MountStep::MakeRootPrivate).map_err(io::Error::from_raw_os_error)?;
+            run_mount_step(mount).map_err(io::Error::from_raw_os_error)?;
+        }
+        loopback_up().map_err(io::Error::from_raw_os_error)?;
+        if let Some(bridge) = &ns.bridge {
+            bridge_handoff(bridge).map_err(|(_, e)| io::Error::from_raw_os_error(e))?;
+        }
+        if let Some(dns) = &ns.dns {
+            dns_handoff(dns);
         }
         for (path, fd) in &holds {
             hold_at(path, *fd).map_err(io::Error::from_raw_os_error)?;
@@ -2032,8 +2215,8 @@ pub fn bwrap_pre_exec(
         Ok(())
     };
     // SAFETY: the hook runs between fork and exec and only calls close_range, fcntl, setrlimit,
-    // open, openat, fstat, dup3, write, read, close, unshare, mount, socket, ioctl, bind, listen
-    // and sendmsg on data captured before the fork; it allocates nothing.
+    // open, openat, fstat, dup3, write, read, close, unshare, mount, socket, ioctl, setsockopt,
+    // bind, listen and sendmsg on data captured before the fork; it allocates nothing.
     unsafe { cmd.pre_exec(hook) };
 }
 

@@ -246,6 +246,38 @@ pub fn visible_json(json: &str) -> Cow<'_, str> {
     render(json, Mode::Json)
 }
 
+/// A value as an HTTP structured-field string (RFC 8941 `sf-string`, the `details` of a
+/// `Proxy-Status` header, RFC 9209): `"…"`, quotes included. The value is first made
+/// [`visible`] (so a newline becomes `\n`), then a character outside printable ASCII is
+/// written as the same `\u{…}` escape, and `"` and `\` get the backslash `sf-string` requires.
+/// The result is printable ASCII only: a header value that cannot end the header, start
+/// another one or reach a terminal raw.
+///
+/// ```
+/// assert_eq!(garuda_text::structured_string("a\"b\nc é"), r#""a\"b\\nc \\u{00e9}""#);
+/// ```
+#[must_use]
+pub fn structured_string(s: &str) -> String {
+    let shown = visible(s);
+    let mut out = String::with_capacity(shown.len() + 2);
+    out.push('"');
+    for c in shown.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            c => {
+                let _ =
+                    fmt::Write::write_fmt(&mut out, format_args!("\\\\u{{{:04x}}}", u32::from(c)));
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// Displays a one-line value as [`visible`] does, without an intermediate `String`.
 ///
 /// ```
@@ -577,6 +609,50 @@ mod tests {
         }
         out.push('"');
         out
+    }
+
+    /// A structured-field string is printable ASCII between quotes, whatever the value holds,
+    /// and decodes (RFC 8941: a backslash takes the next character as it is) to the
+    /// [`visible`] form.
+    #[test]
+    fn a_structured_string_is_printable_ascii_that_decodes_to_the_visible_form() {
+        for (_, input, line, _, _) in TABLE {
+            let sf = structured_string(input);
+            assert!(
+                sf.len() >= 2 && sf.starts_with('"') && sf.ends_with('"'),
+                "{sf}"
+            );
+            assert!(
+                sf.chars().all(|c| (' '..='~').contains(&c)),
+                "{input:?}: {sf}"
+            );
+            let mut decoded = String::new();
+            let mut chars = sf[1..sf.len() - 1].chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => decoded.push(chars.next().unwrap()),
+                    '"' => panic!("an unescaped quote ends the string early: {sf}"),
+                    c => decoded.push(c),
+                }
+            }
+            let want: String = line
+                .chars()
+                .map(|c| {
+                    if c.is_ascii() {
+                        c.to_string()
+                    } else {
+                        format!("\\u{{{:04x}}}", u32::from(c))
+                    }
+                })
+                .collect();
+            assert_eq!(decoded, want, "{input:?}");
+        }
+        assert_eq!(
+            structured_string("evil.test\"; error=none\r\nX-Injected: 1"),
+            r#""evil.test\"; error=none\\r\\nX-Injected: 1""#
+        );
+        // Negative control: the value as it is would end the header and start another.
+        assert!("evil.test\"; error=none\r\nX-Injected: 1".contains("\r\n"));
     }
 
     /// The value of the one string in `{"a":"…"}`, decoding JSON escapes.

@@ -12,11 +12,12 @@
 //! The argument vector is built as data ([`argv`]) and golden-tested; it is never a shell
 //! string.
 //!
-//! In proxy mode ([`garuda_policy::NetworkMode::Proxy`]) the spawn hook makes the user and
-//! network namespaces itself (loopback up, the proxy bridge's listener handed to the
-//! supervisor, see [`crate::netbridge`]) and execs bwrap inside them; the argument vector then
-//! has no `--unshare-net`, so bwrap and the command stay in that namespace. bwrap cannot hand
-//! out a socket of a namespace it makes itself.
+//! The spawn hook makes the user and network namespaces itself (loopback up) and execs bwrap
+//! inside them; the argument vector has no `--unshare-net`, so bwrap and the command stay in
+//! that namespace. In it the hook hands the supervisor the proxy bridge's listener in proxy
+//! mode ([`garuda_policy::NetworkMode::Proxy`], see [`crate::netbridge`]), or the resolver
+//! stub's sockets with the network off ([`crate::dnsstub`]). bwrap cannot hand out a socket
+//! of a namespace it makes itself.
 
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -52,9 +53,10 @@ pub struct Fds {
 
 /// The bwrap arguments (without the program name) for `cmd` under `policy`.
 ///
-/// In proxy mode `--unshare-net` is left out: the spawn hook has already put bwrap in a
-/// network namespace of its own with the bridge's listener (see the module documentation).
-/// The hook and this function decide from the same `policy.network`.
+/// `--unshare-net` is left out in both network modes: the spawn hook ([`sys::bwrap_pre_exec`],
+/// which always makes the network namespace) has already put bwrap in a network namespace of
+/// its own with only loopback, plus the bridge's listener or the resolver stub's sockets (see
+/// the module documentation).
 pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Vec<OsString> {
     let mut a: Vec<OsString> = Vec::new();
     let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
@@ -64,11 +66,6 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
         "--unshare-user".as_ref(),
         "--unshare-pid".as_ref(),
     ]);
-    match policy.network {
-        NetworkMode::Isolated => push(&["--unshare-net".as_ref()]),
-        // The hook's namespace (loopback only, plus the bridge's listener).
-        NetworkMode::Proxy { .. } => {}
-    }
     push(&[
         "--unshare-ipc".as_ref(),
         "--unshare-uts".as_ref(),
@@ -376,7 +373,16 @@ pub fn bare_command(
     let mut keep = fds.empty.clone();
     keep.push(fds.seccomp);
     let holds = holds(policy, &fds.binds);
-    sys::bwrap_pre_exec(&mut command, keep, None, None, None, holds);
+    // The network namespace is the hook's (loopback only): without it bwrap would share the
+    // host's network.
+    let namespaces = sys::BwrapNamespaces {
+        uid_map: sys::id_map(sys::current_uid()),
+        gid_map: sys::id_map(sys::current_gid()),
+        mount: None,
+        bridge: None,
+        dns: None,
+    };
+    sys::bwrap_pre_exec(&mut command, keep, None, None, namespaces, holds);
     command
 }
 
@@ -470,14 +476,24 @@ impl Executor for BubblewrapExecutor {
                 })
             }
         };
+        // With the network off, the resolver stub (best effort: without it the command is
+        // just as isolated, only without the hint).
+        let stub = match policy.network {
+            NetworkMode::Isolated => crate::dnsstub::handoff(&crate::dnsstub::resolver_addresses(
+                &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+            ))
+            .ok(),
+            NetworkMode::Proxy { .. } => None,
+        };
         let mut keep = fds.empty.clone();
         keep.push(fds.seccomp);
-        let namespaces = (mount.is_some() || bridge_plan.is_some()).then(|| sys::BwrapNamespaces {
+        let namespaces = sys::BwrapNamespaces {
             uid_map: sys::id_map(sys::current_uid()),
             gid_map: sys::id_map(sys::current_gid()),
             mount,
             bridge: bridge_plan,
-        });
+            dns: stub.as_ref().map(|(_, _, plan)| *plan),
+        };
         let holds = holds(policy, &fds.binds);
         sys::bwrap_pre_exec(&mut command, keep, nproc, cgroup_procs, namespaces, holds);
         if stdio == StdioMode::Capture {
@@ -508,6 +524,12 @@ impl Executor for BubblewrapExecutor {
         let spawned = command.spawn();
         // The hook's copy is closed (or the hook never ran): the receiver sees the end.
         drop(theirs);
+        // The hook handed the stub's sockets over before bwrap's exec, which `spawn` waited
+        // for: they are in the channel (or the hook failed and closed it).
+        let stub = stub.and_then(|(receiver, theirs, _)| {
+            drop(theirs);
+            receiver.receive()
+        });
         drop(seccomp_fd);
         drop(empties);
         drop(reserved);
@@ -553,12 +575,14 @@ impl Executor for BubblewrapExecutor {
         let status = wait_child(&mut child, policy.limits.timeout, false);
         // bwrap is gone, and with it (--die-with-parent, PID 1) the whole sandbox.
         drop(bridge);
+        let lookups = stub.map(crate::dnsstub::Stub::stop).unwrap_or_default();
         remove_limit(&limit);
         Ok(Outcome {
             status: status?,
             stdout: join_reader(out)?,
             stderr: join_reader(err)?,
             duration: start.elapsed(),
+            lookups,
         })
     }
 }
@@ -610,13 +634,15 @@ mod tests {
             .collect()
     }
 
-    /// Golden test: the exact argument vector for a policy with one of everything.
+    /// Golden test: the exact argument vector for a policy with one of everything. No
+    /// `--unshare-net`: the spawn hook makes the network namespace (loopback only, and the
+    /// resolver stub's sockets), and bwrap inherits it.
     #[test]
     fn golden_argv() {
         #[rustfmt::skip]
         let want = [
             "--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid",
-            "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--disable-userns", "--cap-drop", "ALL",
             "--ro-bind", "/", "/",
             "--dev", "/dev",
@@ -637,9 +663,9 @@ mod tests {
         assert_eq!(golden_for(NetworkMode::Isolated), want);
     }
 
-    /// Golden test, proxy mode: the same vector without `--unshare-net` (the spawn hook made
-    /// the network namespace, with the bridge's listener in it); neither the socket path nor
-    /// the port appears (nothing is mounted for the bridge).
+    /// Golden test, proxy mode: the same vector (the spawn hook made the network namespace,
+    /// with the bridge's listener in it); neither the socket path nor the port appears
+    /// (nothing is mounted for the bridge).
     #[test]
     fn golden_argv_proxy_mode() {
         #[rustfmt::skip]

@@ -107,6 +107,7 @@ impl Executor for HostExecutor {
             stdout: join_reader(out)?,
             stderr: join_reader(err)?,
             duration: start.elapsed(),
+            lookups: crate::dnsstub::Lookups::default(),
         })
     }
 }

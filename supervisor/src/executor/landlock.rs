@@ -25,7 +25,8 @@
 //! In proxy mode ([`garuda_policy::NetworkMode::Proxy`]) outer also makes the proxy bridge's
 //! listener on `127.0.0.1:port` right after loopback is up, hands it to the supervisor and
 //! waits for the go-ahead before it goes on (see [`crate::netbridge`]); nothing else changes
-//! in the sandbox.
+//! in the sandbox. With the network off, outer makes the resolver stub's sockets there
+//! instead and hands them over ([`crate::dnsstub`]), without waiting.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -603,6 +604,16 @@ impl Executor for LandlockExecutor {
                     port,
                     channel: theirs.as_raw_fd(),
                 });
+        // With the network off, the resolver stub (best effort: without it the command is
+        // just as isolated, only without the hint).
+        let stub = match proxy {
+            None => crate::dnsstub::handoff(&crate::dnsstub::resolver_addresses(
+                &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+            ))
+            .ok(),
+            Some(_) => None,
+        };
+        let dns_plan = stub.as_ref().map(|(_, _, plan)| *plan);
         // Held handles go above every descriptor the child must keep.
         let first_slot = [
             report_write.as_raw_fd(),
@@ -611,6 +622,7 @@ impl Executor for LandlockExecutor {
         ]
         .into_iter()
         .chain(bridge_plan.map(|b| b.channel))
+        .chain(dns_plan.map(|d| d.channel))
         .chain(stdio_fds)
         .max()
         .unwrap_or(2)
@@ -654,6 +666,7 @@ impl Executor for LandlockExecutor {
             parent_pid: sys::current_pid(),
             report_fd: report_write.as_raw_fd(),
             bridge: bridge_plan,
+            dns: dns_plan,
             reaper_exe: reaper_exe.as_raw_fd(),
         };
         let start = Instant::now();
@@ -690,6 +703,11 @@ impl Executor for LandlockExecutor {
                 }
             }
         };
+        // Network off: outer hands over the stub's sockets and closes its end (or ends).
+        let stub = stub.and_then(|(receiver, theirs, _)| {
+            drop(theirs);
+            receiver.receive()
+        });
         // A signal to the supervisor kills the outer process, and through the death signal
         // the whole sandbox.
         sys::forward_signals_to(pid);
@@ -697,6 +715,7 @@ impl Executor for LandlockExecutor {
         let waited = sys::wait_pid(pid, policy.limits.timeout);
         // The whole sandbox is gone (outer exits after PID 1): close the bridge with it.
         drop(bridge);
+        let lookups = stub.map(crate::dnsstub::Stub::stop).unwrap_or_default();
         let waited = waited.map_err(|source| ExecError::Io {
             what: "waiting for the sandbox",
             error: source,
@@ -743,6 +762,7 @@ impl Executor for LandlockExecutor {
             stdout,
             stderr,
             duration: start.elapsed(),
+            lookups,
         })
     }
 }

@@ -109,6 +109,10 @@ pub struct Outcome {
     pub stderr: Captured,
     /// Wall-clock time from spawn to the end of the whole process tree.
     pub duration: Duration,
+    /// With the network off, the names the command asked the resolver stub for
+    /// ([`crate::dnsstub`]); empty for other runs and for executors without a network
+    /// namespace.
+    pub lookups: crate::dnsstub::Lookups,
 }
 
 /// Why an executor could not run a command. The command did not run (or ran no user code).

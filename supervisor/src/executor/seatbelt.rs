@@ -556,6 +556,7 @@ mod macos {
             stdout,
             stderr,
             duration: start.elapsed(),
+            lookups: crate::dnsstub::Lookups::default(),
         })
     }
 

@@ -257,6 +257,7 @@ pub fn exec_failure_outcome(
         stdout: Captured::default(),
         stderr,
         duration: start.elapsed(),
+        lookups: crate::dnsstub::Lookups::default(),
     }
 }
 

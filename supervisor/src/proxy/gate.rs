@@ -27,7 +27,19 @@ pub(crate) enum Denied {
     /// A policy refusal: `403`, and the host goes into the scope's blocked list.
     Refused(Refusal),
     /// The name was allowed but could not be resolved: `502`.
-    Unresolved(ResolveError),
+    Unresolved {
+        /// The name, canonical.
+        host: String,
+        /// Why.
+        error: ResolveError,
+    },
+}
+
+/// A target the gate let through: its canonical host (what a failure to reach it names) and
+/// the addresses to connect to.
+pub(crate) struct Admitted {
+    pub(crate) host: String,
+    pub(crate) addresses: Vec<SocketAddr>,
 }
 
 /// The addresses to connect to for `host` (the host part of an authority, as received) on
@@ -37,7 +49,7 @@ pub(crate) async fn admit(
     scope: &Arc<ScopeState>,
     host: &str,
     port: u16,
-) -> Result<Vec<SocketAddr>, Denied> {
+) -> Result<Admitted, Denied> {
     let target = TargetHost::parse(host).map_err(|e| {
         Denied::Refused(Refusal {
             host: e.host,
@@ -65,7 +77,10 @@ pub(crate) async fn admit(
             .resolver
             .resolve(name, shared.config.limits.dns_timeout)
             .await
-            .map_err(Denied::Unresolved)?,
+            .map_err(|error| Denied::Unresolved {
+                host: name.to_string(),
+                error,
+            })?,
     };
     for address in &addresses {
         shared
@@ -74,10 +89,13 @@ pub(crate) async fn admit(
             .check_resolved(&target, *address, port)
             .map_err(Denied::Refused)?;
     }
-    Ok(addresses
-        .into_iter()
-        .map(|a| SocketAddr::new(plain(a), port))
-        .collect())
+    Ok(Admitted {
+        host: target.to_string(),
+        addresses: addresses
+            .into_iter()
+            .map(|a| SocketAddr::new(plain(a), port))
+            .collect(),
+    })
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it reaches (what was checked).

@@ -39,6 +39,7 @@ use tokio::sync::watch;
 use super::gate::{self, Denied};
 use super::idle::IdleTimeout;
 use super::scope::ScopeState;
+use super::upstream::{UpstreamFailure, PROXY_STATUS_HEADER};
 use super::Shared;
 
 /// The header that marks a refusal by the proxy; its value is
@@ -148,19 +149,19 @@ async fn admit_and_dial(
     authority: &Authority,
     port: u16,
 ) -> Result<TcpStream, Response<ProxyBody>> {
-    let addresses = gate::admit(
+    let admitted = gate::admit(
         &connection.shared,
         &connection.scope,
         authority.host(),
         port,
     )
     .await
-    .map_err(|denied| denied_response(connection, denied))?;
+    .map_err(|denied| denied_response(connection, denied, port))?;
     let timeout = connection.shared.config.limits.connect_timeout;
-    dial(&addresses, timeout).await.map_err(|e| {
-        plain(
-            StatusCode::BAD_GATEWAY,
-            &format!("cannot connect to {authority}: {e}\n"),
+    dial(&admitted.addresses, timeout).await.map_err(|e| {
+        unreachable(
+            connection,
+            &UpstreamFailure::from_connect(&admitted.host, port, &e, timeout),
         )
     })
 }
@@ -239,7 +240,7 @@ async fn forward(connection: &Connection, request: Request<Incoming>) -> Respons
         .await;
     let (mut sender, upstream_connection) = match handshake {
         Ok(parts) => parts,
-        Err(e) => return plain(StatusCode::BAD_GATEWAY, &format!("{authority}: {e}\n")),
+        Err(e) => return upstream_broke(connection, &authority, port, &e),
     };
     // hyper drives the upstream connection on its own task; it ends with the response, or
     // with the scope.
@@ -252,7 +253,7 @@ async fn forward(connection: &Connection, request: Request<Incoming>) -> Respons
     });
     let response = match sender.send_request(upstream_request).await {
         Ok(response) => response,
-        Err(e) => return plain(StatusCode::BAD_GATEWAY, &format!("{authority}: {e}\n")),
+        Err(e) => return upstream_broke(connection, &authority, port, &e),
     };
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
@@ -392,10 +393,47 @@ async fn dial(addresses: &[SocketAddr], timeout: Duration) -> io::Result<TcpStre
     Err(last)
 }
 
-fn denied_response(connection: &Connection, denied: Denied) -> Response<ProxyBody> {
+fn denied_response(connection: &Connection, denied: Denied, port: u16) -> Response<ProxyBody> {
     match denied {
         Denied::Refused(refusal) => refuse(connection, refusal),
-        Denied::Unresolved(e) => plain(StatusCode::BAD_GATEWAY, &format!("{e}\n")),
+        Denied::Unresolved { host, error } => unreachable(
+            connection,
+            &UpstreamFailure::from_resolve(&host, port, &error),
+        ),
+    }
+}
+
+/// `502` with the reason in the body and in `Proxy-Status` (RFC 9209), and the host recorded
+/// in the scope's list of unreachable hosts.
+fn unreachable(connection: &Connection, failure: &UpstreamFailure) -> Response<ProxyBody> {
+    connection.scope.record_failure(failure);
+    let mut response = plain(StatusCode::BAD_GATEWAY, &failure.body());
+    // Printable ASCII by construction (`structured_string`); should it ever not be, the body
+    // still says why.
+    if let Ok(value) = HeaderValue::from_str(&failure.proxy_status()) {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static(PROXY_STATUS_HEADER), value);
+    }
+    response
+}
+
+/// A forwarded request whose upstream connection broke: `502`, recorded as unreachable unless
+/// the client's side broke it.
+fn upstream_broke(
+    connection: &Connection,
+    authority: &Authority,
+    port: u16,
+    e: &hyper::Error,
+) -> Response<ProxyBody> {
+    let host = TargetHost::parse(authority.host())
+        .map_or_else(|_| authority.host().to_owned(), |t| t.to_string());
+    match UpstreamFailure::from_http(&host, port, e) {
+        Some(failure) => unreachable(connection, &failure),
+        None => plain(
+            StatusCode::BAD_GATEWAY,
+            &format!("{}: {e}\n", garuda_text::visible(authority.as_str())),
+        ),
     }
 }
 

@@ -43,7 +43,9 @@
 //! A refusal is a `403 Forbidden` with `X-Garuda-Refused: <code>` (see
 //! [`RefusalReason::code`](garuda_policy::network::RefusalReason::code)) and a one-line text
 //! body; a name that was allowed but could not be resolved or reached is a `502` and is not a
-//! refusal. Unknown hosts follow [`UnknownHost`]: refused ([`UnknownHost::Deny`], for
+//! refusal: its body names the host and the reason in plain words, its `Proxy-Status` header
+//! (RFC 9209) the error type (`dns_error`, `connection_refused`, …), and the scope records it
+//! in [`CommandScope::unreachable`] (see [`upstream`]). Unknown hosts follow [`UnknownHost`]: refused ([`UnknownHost::Deny`], for
 //! non-interactive runs) or put to the user ([`UnknownHost::Ask`]) off the async runtime. Only
 //! names are ever asked about; an IP literal, a malformed host, a mismatched `Host` header or
 //! a name resolving inside is refused without a question, since "allow 169.254.169.254?" is a
@@ -69,6 +71,7 @@ mod http;
 mod idle;
 pub mod resolve;
 pub mod scope;
+pub mod upstream;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -82,6 +85,7 @@ use garuda_policy::network::Allowlist;
 
 pub use resolve::{ResolveError, Resolver};
 pub use scope::{Blocked, BlockedHosts, CommandScope, ListenAddr};
+pub use upstream::{FailureKind, Unreachable, UnreachableHosts, UpstreamFailure};
 
 /// What the user answered about a host that is not in the allowlist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,6 +17,9 @@
 //!   that wants one known upstream. Replies are accepted only from that server (the socket is
 //!   connected), with the random id and the exact question of a query in flight; anything
 //!   else on the socket is ignored. A truncated reply is an error (there is no TCP fallback).
+//!
+//! Both fail at once, without a query, for a name under `.invalid`, which RFC 6761 reserves
+//! as never resolving ([`ResolveError::NoAddress`]).
 
 use std::collections::BTreeSet;
 use std::io;
@@ -109,6 +112,13 @@ impl Resolver {
         name: &DomainName,
         timeout: Duration,
     ) -> Result<Vec<IpAddr>, ResolveError> {
+        // RFC 6761 §6.4: a name under `.invalid` never resolves, and resolvers should say so
+        // at once. Not asking also keeps such a name from leaving the machine as a query.
+        if name.as_str() == "invalid" || name.as_str().ends_with(".invalid") {
+            return Err(ResolveError::NoAddress {
+                name: name.to_string(),
+            });
+        }
         let found = match self {
             Self::System => tokio::time::timeout(timeout, system_lookup(name))
                 .await
@@ -234,4 +244,51 @@ async fn dns_lookup(
         }
     }
     Ok(addresses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use garuda_policy::network::TargetHost;
+
+    fn name(text: &str) -> DomainName {
+        match TargetHost::parse(text).unwrap() {
+            TargetHost::Name(name) => name,
+            TargetHost::Ip(ip) => panic!("{text} parsed as {ip}"),
+        }
+    }
+
+    /// A name under `.invalid` fails at once without a query (RFC 6761); another name is
+    /// asked (the negative control: the same server sees that query).
+    #[tokio::test]
+    async fn a_name_under_invalid_is_never_asked() {
+        let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        server.set_nonblocking(true).unwrap();
+        let resolver = Resolver::Dns(server.local_addr().unwrap());
+        for text in ["nothing.invalid", "a.b.INVALID.", "invalid"] {
+            let err = resolver
+                .resolve(&name(text), Duration::from_millis(200))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, ResolveError::NoAddress { .. }),
+                "{text}: {err}"
+            );
+        }
+        let mut buf = [0u8; 512];
+        assert_eq!(
+            server.recv_from(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock,
+            "a query was sent"
+        );
+        let err = resolver
+            .resolve(&name("invalid.example"), Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ResolveError::Timeout { .. }), "{err}");
+        assert!(
+            server.recv_from(&mut buf).is_ok(),
+            "no query for a normal name"
+        );
+    }
 }

@@ -24,6 +24,7 @@ use garuda_policy::network::{Refusal, RefusalReason, DEFAULT_PORTS};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
+use super::upstream::{FailureLog, UnreachableHosts, UpstreamFailure};
 use super::{http, ProxyError, Shared};
 
 /// The most blocked hosts one scope records; later ones only mark the list as truncated. A
@@ -63,19 +64,27 @@ impl fmt::Display for Blocked {
     /// entries of a [`BlockedHosts`] line are joined by `, ` and end in `(reason)`, so a host
     /// sent as `a.test (not in allowlist), b.test` would otherwise read as two entries.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut host = garuda_text::visible(&self.host).into_owned();
-        if host.contains([',', '(', ')']) {
-            host = host
-                .replace(',', "\\u{002c}")
-                .replace('(', "\\u{0028}")
-                .replace(')', "\\u{0029}");
-        }
+        let host = entry_host(&self.host);
         if DEFAULT_PORTS.contains(&self.port) {
             write!(f, "{host} ({})", self.reason)
         } else {
             write!(f, "{host}:{} ({})", self.port, self.reason)
         }
     }
+}
+
+/// A host as one entry of a `host (reason), host (reason)` line: [`garuda_text::visible`],
+/// and a comma or a parenthesis, which no host name holds, as `\u{…}` too, so that one host
+/// cannot read as two entries.
+pub(crate) fn entry_host(host: &str) -> String {
+    let mut host = garuda_text::visible(host).into_owned();
+    if host.contains([',', '(', ')']) {
+        host = host
+            .replace(',', "\\u{002c}")
+            .replace('(', "\\u{0028}")
+            .replace(')', "\\u{0029}");
+    }
+    host
 }
 
 /// Every host refused during one command, each once, in the order first refused.
@@ -148,6 +157,8 @@ impl fmt::Display for ListenAddr {
 #[derive(Default)]
 pub(crate) struct ScopeState {
     blocked: Mutex<BlockedLog>,
+    /// Allowed hosts that could not be reached.
+    failures: Mutex<FailureLog>,
     /// Host and port pairs the user refused during this command.
     denied: Mutex<HashSet<(String, u16)>>,
 }
@@ -172,6 +183,21 @@ impl ScopeState {
         }
         log.seen.insert(blocked.clone());
         log.entries.push(blocked);
+    }
+
+    /// An allowed host that could not be reached (counted per host, port and kind).
+    pub(crate) fn record_failure(&self, failure: &UpstreamFailure) {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(failure);
+    }
+
+    fn unreachable(&self) -> UnreachableHosts {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .snapshot()
     }
 
     fn snapshot(&self) -> BlockedHosts {
@@ -227,6 +253,14 @@ impl CommandScope {
     #[must_use]
     pub fn blocked(&self) -> BlockedHosts {
         self.state.snapshot()
+    }
+
+    /// Every allowed host that could not be reached on this scope so far (the name did not
+    /// resolve, the connection failed, the upstream broke off), per host, port and kind, in
+    /// order, with a count.
+    #[must_use]
+    pub fn unreachable(&self) -> UnreachableHosts {
+        self.state.unreachable()
     }
 
     /// Connections open on this scope now (each tunnel counts once).
