@@ -351,9 +351,11 @@ exec -a "$a0" "$g" "${args[@]}""#;
         .stdin(Stdio::null())
         .output()
         .unwrap();
+    // stdout, then stderr: a refusal before `main` prints nothing on either, and `main`'s own
+    // usage error (125 too) is told apart from it by its message.
     (
         out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
     )
 }
 
@@ -370,7 +372,11 @@ fn the_reaper_name_is_reserved_for_pid_1() {
         code == Some(0) && out.starts_with("garuda "),
         "{code:?} {out:?}"
     );
-    assert_eq!(garuda_as_pid1("garuda", &["CHILD", "1"]).0, Some(125));
+    let (code, out) = garuda_as_pid1("garuda", &["CHILD", "1"]);
+    assert!(
+        code == Some(125) && out.starts_with("error: unrecognized subcommand '"),
+        "{code:?} {out:?}"
+    );
     assert_eq!(
         garuda_as_pid1("garuda-sandbox-init", &["CHILD", "1"]),
         (Some(3), String::new())
