@@ -392,7 +392,8 @@ pub fn main() -> i32 {
     }
 }
 
-/// The longest `--timeout`: a year. A larger one would overflow the deadline's clock.
+/// The longest `--timeout`: a year, far below where `Instant + timeout` overflows (a value
+/// near `u64::MAX` panicked after the command had started).
 const MAX_TIMEOUT_SECS: u64 = 365 * 24 * 60 * 60;
 
 /// `--timeout SECS`: 0 would kill the command before it did anything, so it is refused rather
