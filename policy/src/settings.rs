@@ -527,7 +527,7 @@ pub fn merge_texts(
             origin: Origin::file(*kind, *path),
             positions: Positions::scan(text),
         };
-        check_source_may_set(&source, &file)?;
+        check_source_may_set(&source, &file, &host.garuda_home.join("policy.json"))?;
         merge_file(&mut merged, file, &source, host, project_root)?;
         merged.sources.push(source.origin);
     }
@@ -680,7 +680,12 @@ impl Source {
 
 /// Keys a source of this kind may not set. A project file comes with the repository, so it may
 /// only make the policy stricter; the managed-only switches belong to the managed file alone.
-fn check_source_may_set(source: &Source, file: &SettingsFile) -> Result<(), PolicyError> {
+/// `user_policy` is where the user's own file is (`GARUDA_HOME` moves it), named in the hint.
+fn check_source_may_set(
+    source: &Source,
+    file: &SettingsFile,
+    user_policy: &Path,
+) -> Result<(), PolicyError> {
     let kind = source.origin.kind;
     if kind != SourceKind::Managed {
         for (key, present) in [
@@ -732,8 +737,11 @@ fn check_source_may_set(source: &Source, file: &SettingsFile) -> Result<(), Poli
     match widening.into_iter().find(|(_, present)| *present) {
         Some((key, _)) => Err(source.error(
             key,
-            "a project file cannot set this: a cloned repository must not widen the policy \
-             (put it in the user policy ~/.garuda/policy.json instead)",
+            format!(
+                "a project file cannot set this: a cloned repository must not widen the policy \
+                 (put it in the user policy {} instead)",
+                user_policy.display()
+            ),
         )),
         None => Ok(()),
     }

@@ -3,7 +3,8 @@
 //! Exit codes of `garuda sandbox`: the command's own exit code (128 + N when a signal N killed
 //! it, 124 when the timeout killed it), or [`SETUP_FAILED`] when Garuda could not load the
 //! policy or set up the sandbox — with the reason on stderr. Garuda never runs the command
-//! with less confinement than the policy asks for.
+//! with less confinement than the policy asks for. A usage error exits [`SETUP_FAILED`] too, in
+//! every subcommand (never clap's 2); `--help` and `--version` exit 0.
 //!
 //! A staged command (`--staged`) whose change is not applied exits with a code that says so,
 //! whatever the command's own code, so that `garuda sandbox --staged --apply -- … && git
@@ -100,8 +101,9 @@ enum Cmd {
         /// and print them when the command ends, instead of streaming.
         #[arg(long)]
         capture: bool,
-        /// Kill the command and everything it started after this many seconds.
-        #[arg(long)]
+        /// Kill the command and everything it started after this many seconds (1 to
+        /// 31536000; without it, no limit).
+        #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
         timeout: Option<u64>,
         /// Print which executor runs the command and why.
         #[arg(long, short)]
@@ -156,6 +158,25 @@ enum Cmd {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+    },
+    /// Show the sandbox at work on a throwaway project and a demo secret (none of your files).
+    ///
+    /// In a fresh folder under /var/tmp, removed at the end, one sandboxed command tries to
+    /// write in the project, read the demo secret, write outside the project and reach the
+    /// network; the report says what happened. Exits 0 when the sandbox held, 1 when it did
+    /// not, 125 when the demo could not run.
+    Demo {
+        /// Executor (default: auto).
+        #[arg(long, value_enum)]
+        executor: Option<ExecutorArg>,
+    },
+    /// What `garuda demo` runs inside the sandbox.
+    #[command(name = "demo-probe", hide = true)]
+    DemoProbe {
+        secret: PathBuf,
+        inside: PathBuf,
+        outside: PathBuf,
+        port: u16,
     },
 }
 
@@ -228,8 +249,9 @@ enum KeyCmd {
     Export {
         /// Where to write it.
         out: PathBuf,
-        /// Remove it from ~/.garuda/keys afterwards, so a process with your rights can no
-        /// longer rewrite old sessions unnoticed (verify then needs --key FILE).
+        /// Remove it from the keys folder of Garuda's home ($GARUDA_HOME, default ~/.garuda)
+        /// afterwards, so a process with your rights can no longer rewrite old sessions
+        /// unnoticed (verify then needs --key FILE).
         #[arg(long)]
         remove: bool,
     },
@@ -273,7 +295,11 @@ enum PolicyCmd {
 
 /// Run the CLI; returns the process exit code.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => return parse_failed(e, &args),
+    };
     match cli.command {
         Cmd::Sandbox {
             executor,
@@ -382,6 +408,19 @@ pub fn main() -> i32 {
                 }
             }
         }
+        Cmd::Demo { executor } => match crate::demo::demo(executor.map(ExecutorChoice::from)) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("garuda demo: {}", visible(&describe_error(&e)));
+                SETUP_FAILED
+            }
+        },
+        Cmd::DemoProbe {
+            secret,
+            inside,
+            outside,
+            port,
+        } => crate::demo::probe(&secret, &inside, &outside, port),
         Cmd::Doctor { json } => {
             let r = crate::doctor::report();
             if json {
@@ -397,6 +436,133 @@ pub fn main() -> i32 {
             }
             0
         }
+    }
+}
+
+/// The longest `--timeout`: a year, far below where `Instant + timeout` overflows (a value
+/// near `u64::MAX` panicked after the command had started).
+const MAX_TIMEOUT_SECS: u64 = 365 * 24 * 60 * 60;
+
+/// `--timeout SECS`: 0 would kill the command before it did anything, so it is refused rather
+/// than read as "no limit" (leaving the flag out is that).
+fn parse_timeout(text: &str) -> Result<u64, String> {
+    let secs: u64 = text
+        .parse()
+        .map_err(|_| "give a whole number of seconds".to_string())?;
+    if secs == 0 {
+        return Err(
+            "0 would kill the command at once: give 1 or more seconds, or leave --timeout out for no limit"
+                .into(),
+        );
+    }
+    if secs > MAX_TIMEOUT_SECS {
+        return Err(format!(
+            "at most {MAX_TIMEOUT_SECS} seconds (a year); leave --timeout out for no limit"
+        ));
+    }
+    Ok(secs)
+}
+
+/// A command line clap refused (or `--help`, `--version`): prints it and returns the exit
+/// code. A usage error is Garuda's own failure, so [`SETUP_FAILED`] — never clap's 2, which a
+/// script could not tell from the sandboxed command's own exit 2.
+fn parse_failed(mut e: clap::Error, args: &[OsString]) -> i32 {
+    use clap::error::{ContextKind, ContextValue};
+    if !e.use_stderr() {
+        // `--help` and `--version`: asked for, printed on stdout.
+        return match e.print() {
+            Ok(()) => 0,
+            Err(_) => SETUP_FAILED,
+        };
+    }
+    if let Some(tip) = sandbox_usage_tip(&e, args) {
+        let mut tips = match e.get(ContextKind::Suggested) {
+            Some(ContextValue::StyledStrs(tips)) => tips.clone(),
+            _ => Vec::new(),
+        };
+        tips.push(tip.into());
+        e.insert(ContextKind::Suggested, ContextValue::StyledStrs(tips));
+    }
+    let _ = e.print();
+    SETUP_FAILED
+}
+
+/// A tip for the two usage errors a new user of `garuda sandbox` meets: a command without `--`
+/// before it (clap sees an unexpected argument), and `--apply` with `--discard`.
+fn sandbox_usage_tip(e: &clap::Error, args: &[OsString]) -> Option<String> {
+    use clap::error::{ContextKind, ErrorKind};
+    if args.get(1).is_none_or(|a| a != "sandbox") {
+        return None;
+    }
+    let rest = &args[2..];
+    match e.kind() {
+        ErrorKind::ArgumentConflict
+            if rest.iter().any(|a| a == "--apply") && rest.iter().any(|a| a == "--discard") =>
+        {
+            Some(
+                "--apply applies the staged change and --discard throws it away: give one of them"
+                    .into(),
+            )
+        }
+        ErrorKind::UnknownArgument => {
+            let invalid = match e.get(ContextKind::InvalidArg) {
+                Some(clap::error::ContextValue::String(s)) => s.clone(),
+                _ => return None,
+            };
+            if invalid.starts_with('-') {
+                return None;
+            }
+            // The options of `garuda sandbox` that take a value as the next argument, from
+            // the parser itself.
+            let cmd = <Cli as clap::CommandFactory>::command();
+            let value_options: Vec<String> = cmd
+                .find_subcommand("sandbox")?
+                .get_arguments()
+                .filter(|a| !a.is_positional() && a.get_action().takes_values())
+                .flat_map(|a| {
+                    let long = a.get_long().map(|l| format!("--{l}"));
+                    let short = a.get_short().map(|c| format!("-{c}"));
+                    long.into_iter().chain(short)
+                })
+                .collect();
+            // The command starts at the first argument that is neither an option nor an
+            // option's value: `--` goes before it.
+            let mut value_next = false;
+            let start = rest.iter().position(|a| {
+                let is_command = !value_next && !a.to_string_lossy().starts_with('-');
+                value_next = value_options.iter().any(|o| a == o.as_str());
+                is_command
+            })?;
+            if rest[start].to_string_lossy() != invalid {
+                return None;
+            }
+            let words: Vec<String> = rest[..start]
+                .iter()
+                .chain(std::iter::once(&OsString::from("--")))
+                .chain(&rest[start..])
+                .map(|a| shell_word(a))
+                .collect();
+            Some(format!(
+                "put '--' before the command to run: garuda sandbox {}",
+                words.join(" ")
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// One argument as a POSIX shell would need it typed: bare when it is plain, else in single
+/// quotes; controls and bidirectional characters made visible (it is the user's text).
+fn shell_word(arg: &std::ffi::OsStr) -> String {
+    let text = visible(&arg.to_string_lossy()).into_owned();
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c));
+    if plain {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
     }
 }
 
@@ -450,11 +616,46 @@ pub(crate) fn resolve_project(project: Option<PathBuf>, cwd: &Path) -> Result<Pa
     std::fs::canonicalize(&project).with_context(|| format!("project folder {}", project.display()))
 }
 
-/// What to tell a user whose policy requires a sandbox this machine cannot provide.
-const SANDBOX_FIX: &str = "install bubblewrap 0.8 or later (apt-get install bubblewrap), or \
-     allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, \
-     user.max_user_namespaces > 0) so that bubblewrap or the native Landlock executor (Linux \
-     6.14 or later) can run; `garuda doctor` shows what is missing";
+/// Where `garuda sandbox` got its project folder: the hints for a project that is too broad
+/// or not a git project depend on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ProjectFrom {
+    /// `--project DIR`.
+    Flag,
+    /// The nearest folder at or above the current one that holds `.git`.
+    GitRoot,
+    /// The current folder: no folder at or above it holds `.git`.
+    CurrentFolder,
+}
+
+/// [`resolve_project`], and where the folder came from.
+fn resolve_project_from(project: Option<PathBuf>, cwd: &Path) -> Result<(PathBuf, ProjectFrom)> {
+    let from = match &project {
+        Some(_) => ProjectFrom::Flag,
+        None if git_root_above(cwd).is_some() => ProjectFrom::GitRoot,
+        None => ProjectFrom::CurrentFolder,
+    };
+    Ok((resolve_project(project, cwd)?, from))
+}
+
+/// What to add to "project root … contains the home directory": why that folder became the
+/// project, and how to name the right one.
+fn too_broad_hint(from: &ProjectFrom, project: &Path) -> String {
+    match from {
+        ProjectFrom::Flag => {
+            "name the project's own folder with --project DIR, one that does not contain your home"
+                .to_string()
+        }
+        ProjectFrom::GitRoot => format!(
+            "{} is the project because it holds .git (the git root above the current folder): name the project's own folder with --project DIR",
+            project.display()
+        ),
+        ProjectFrom::CurrentFolder => format!(
+            "with no .git in it or above it, the project is the current folder ({}): cd into your project, or name it with --project DIR",
+            project.display()
+        ),
+    }
+}
 
 /// Selects the executor for `choice`; where the policy requires an OS sandbox, the host
 /// executor is never the answer: an error with the reason and the fix instead.
@@ -470,26 +671,97 @@ fn select_for_policy(
     };
     match executor::select_executor(choice) {
         Ok(s) if s.executor.kind() == ExecutorKind::Host && settings.require_sandbox => {
-            let found: Vec<String> = executor::probe_executors()
-                .into_iter()
-                .filter(|p| p.kind.is_sandbox())
-                .map(|p| format!("{}: {}", p.kind, p.detail))
-                .collect();
             bail!(
                 "an OS sandbox is required (profile {}, {}) and none is available here, so \
-                 Garuda will not run commands on the host. Found: {}. Fix: {SANDBOX_FIX}",
+                 Garuda will not run commands on the host. {}",
                 settings.profile,
                 required_by(),
-                found.join("; ")
+                no_sandbox_found_and_fix()
             )
         }
         Ok(s) => Ok(s),
-        Err(e) if settings.require_sandbox => bail!(
-            "an OS sandbox is required ({}) and the selected one cannot run: {e}. Fix: {SANDBOX_FIX}",
-            required_by()
-        ),
-        Err(e) => Err(anyhow!(e)),
+        Err(e) => {
+            // The fix for this machine: another sandbox that runs here, else how to get one.
+            let fix = match switch_executor_hint(settings) {
+                Some(switch) => format!("Fix: {switch}"),
+                None => no_sandbox_found_and_fix(),
+            };
+            if settings.require_sandbox {
+                bail!(
+                    "an OS sandbox is required ({}) and the selected one cannot run: {e}. {fix}",
+                    required_by()
+                )
+            }
+            bail!("{e}. {fix}")
+        }
     }
+}
+
+/// Where no OS sandbox can run: what each probe found, and the fix for those findings.
+fn no_sandbox_found_and_fix() -> String {
+    let found: Vec<String> = executor::probe_executors()
+        .into_iter()
+        .filter(|p| p.kind.is_sandbox())
+        .map(|p| format!("{}: {}", p.kind, p.detail))
+        .collect();
+    format!(
+        "Found: {}. Fix: {}",
+        found.join("; "),
+        executor::select::no_sandbox_fix_here()
+    )
+}
+
+/// How to switch to an OS sandbox that runs here, said for where the executor setting came
+/// from (a flag, a file the user can edit, or the managed file, which only its administrator
+/// can change); `None` when no OS sandbox runs here.
+fn switch_executor_hint(settings: &EffectiveSettings) -> Option<String> {
+    let available = executor::select::available_sandboxes();
+    let best = *available.first()?;
+    let names: Vec<&str> = available.iter().map(|k| k.name()).collect();
+    let can_run = format!("{} can run here", names.join(" and "));
+    Some(match &settings.executor_origin {
+        Some(o) if o.kind == SourceKind::Managed => format!(
+            "{can_run}, but the managed policy ({o}) sets the executor: ask whoever manages it"
+        ),
+        Some(o) if o.kind != SourceKind::Flag => {
+            format!("{can_run}: pass --executor {best}, or change \"executor\" in {o}")
+        }
+        _ => format!(
+            "{can_run}: pass --executor {best}, or leave --executor out (auto picks {best} here)"
+        ),
+    })
+}
+
+/// Why a staged command cannot run on the host executor, and the way out that is true here: a
+/// sandbox that runs here and how to select it, or how to get one.
+fn staged_on_host_error(settings: &EffectiveSettings) -> String {
+    let prefix = "staged mode is selected but the host executor has no sandbox to stage in";
+    let available = executor::select::available_sandboxes();
+    let Some(best) = available.first() else {
+        return format!(
+            "{prefix}, and no OS sandbox can run here (no fallback to direct mode). {}",
+            no_sandbox_found_and_fix()
+        );
+    };
+    let others: Vec<String> = available
+        .iter()
+        .map(|k| format!("--executor {k}"))
+        .collect();
+    let way_out = match &settings.executor_origin {
+        Some(o) if o.kind == SourceKind::Flag => format!(
+            "drop --executor host (auto picks {best} here), or pass {}",
+            others.join(" or ")
+        ),
+        Some(o) if o.kind == SourceKind::Managed => {
+            format!("the managed policy ({o}) chooses the host executor: ask whoever manages it")
+        }
+        Some(o) => format!(
+            "{o} chooses the host executor: pass {}, or change \"executor\" there to \"auto\"",
+            others.join(" or ")
+        ),
+        None => format!("pass {}", others.join(" or ")),
+    };
+    format!("{prefix}: {way_out} (no fallback to direct mode)")
 }
 
 /// `garuda policy`, `garuda policy check`, `garuda policy decide`.
@@ -881,11 +1153,12 @@ fn free_loopback_port() -> std::io::Result<u16> {
 
 /// The git root above `start` (the nearest folder holding `.git`), else `start` itself.
 pub fn project_root_from(start: &Path) -> PathBuf {
-    start
-        .ancestors()
-        .find(|d| d.join(".git").exists())
-        .unwrap_or(start)
-        .to_path_buf()
+    git_root_above(start).unwrap_or(start).to_path_buf()
+}
+
+/// The nearest folder at or above `start` that holds `.git`.
+fn git_root_above(start: &Path) -> Option<&Path> {
+    start.ancestors().find(|d| d.join(".git").exists())
 }
 
 /// What to do with a staged change.
@@ -926,7 +1199,7 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
     } = args;
     let host = HostEnv::from_process().context("reading the environment")?;
     let cwd = std::env::current_dir().context("reading the current folder")?;
-    let project = resolve_project(project, &cwd)?;
+    let (project, project_from) = resolve_project_from(project, &cwd)?;
     let flags = Flags {
         executor: executor_flag.map(ExecutorChoice::from),
         staged,
@@ -955,6 +1228,7 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
             verbose,
             decision,
             command,
+            project_from,
         },
     );
     match run {
@@ -989,6 +1263,7 @@ struct RunInputs {
     verbose: bool,
     decision: Option<Decision>,
     command: Vec<OsString>,
+    project_from: ProjectFrom,
 }
 
 /// The part of `garuda sandbox` that runs inside an audit session: checks, the intent, the
@@ -1004,10 +1279,15 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
         verbose,
         decision,
         command,
+        project_from,
     } = inputs;
     let staged = settings.command_mode == CommandMode::Staged;
     if decision.is_some() && !staged {
-        bail!("--apply and --discard need a staged command (--staged)");
+        let flag = match decision {
+            Some(Decision::Apply { .. }) => "--apply",
+            _ => "--discard",
+        };
+        bail!("{flag} needs a staged command: add --staged (without it the command changes the project directly, and there is no change to apply or discard)");
     }
     let choice = settings.executor;
     if let Some(origin) = &settings.executor_origin {
@@ -1015,14 +1295,28 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
             refuse_weaker_project_executor(settings.executor, &origin.path)?;
         }
     }
-    let mut policy = garuda_policy::build_exec_policy(&project, &settings, &host)?;
+    let mut policy =
+        garuda_policy::build_exec_policy(&project, &settings, &host).map_err(|e| match e {
+            garuda_policy::PolicyError::ProjectRootTooBroad { .. } => {
+                anyhow!("{e}; {}", too_broad_hint(&project_from, &project))
+            }
+            e => anyhow!(e),
+        })?;
+    if project_from == ProjectFrom::CurrentFolder {
+        // Not an error: a folder that is not a git project is still a project. But the user
+        // may not have meant this folder to be the one the command can write.
+        eprintln!(
+            "garuda: no .git in {} or above it, so it is the project (the folder the command can write); cd into your project, or name it with --project DIR",
+            garuda_text::visible_path(&project)
+        );
+    }
     if let Some(secs) = timeout {
         policy.limits.timeout = Some(Duration::from_secs(secs));
     }
     let selection = select_for_policy(choice, &settings)?;
     if selection.executor.kind() == ExecutorKind::Host {
         if staged {
-            bail!("staged mode is selected but the host executor has no sandbox to stage in: install bubblewrap or use a kernel with Landlock and user namespaces (no fallback to direct mode)");
+            bail!(staged_on_host_error(&settings));
         }
         eprintln!("garuda: {}", executor::host::NOTICE);
     }

@@ -9,6 +9,7 @@
 //! - [`doctor`]: what this machine offers (executors, Landlock ABI, bwrap version, user
 //!   namespaces, overlayfs in a user namespace, seccomp);
 //! - [`cli`]: `garuda sandbox` and `garuda doctor`;
+//! - [`demo`]: `garuda demo`, the sandbox at work on a throwaway project;
 //! - `sys`: the only module of the workspace with `unsafe` code, every block with a
 //!   `// SAFETY:` note.
 //!
@@ -19,6 +20,7 @@
 
 pub mod audit_cmd;
 pub mod cli;
+pub mod demo;
 pub mod dnsstub;
 pub mod doctor;
 pub mod executor;

@@ -351,16 +351,18 @@ exec -a "$a0" "$g" "${args[@]}""#;
         .stdin(Stdio::null())
         .output()
         .unwrap();
+    // stdout, then stderr: a refusal before `main` prints nothing on either, and `main`'s own
+    // usage error (125 too) is told apart from it by its message.
     (
         out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
     )
 }
 
 /// The reaper hook (`sys::reaper_hook`, run before `main` in every process of the `garuda`
 /// binary) takes over only a PID 1 named `garuda-sandbox-init`, and that name is reserved: such
 /// a PID 1 never reaches `main`, whatever follows the name. Controls: a PID 1 named `garuda`
-/// runs `main` (`--version` prints the version; two numbers are a usage error, 2), and the
+/// runs `main` (`--version` prints the version; two numbers are a usage error, 125), and the
 /// reaper's exact command line (the child's pid, a report descriptor) reaps the child and
 /// exits with its code (3).
 #[test]
@@ -370,7 +372,11 @@ fn the_reaper_name_is_reserved_for_pid_1() {
         code == Some(0) && out.starts_with("garuda "),
         "{code:?} {out:?}"
     );
-    assert_eq!(garuda_as_pid1("garuda", &["CHILD", "1"]).0, Some(2));
+    let (code, out) = garuda_as_pid1("garuda", &["CHILD", "1"]);
+    assert!(
+        code == Some(125) && out.starts_with("error: unrecognized subcommand '"),
+        "{code:?} {out:?}"
+    );
     assert_eq!(
         garuda_as_pid1("garuda-sandbox-init", &["CHILD", "1"]),
         (Some(3), String::new())

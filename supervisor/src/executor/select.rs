@@ -110,6 +110,42 @@ fn probe_one(kind: ExecutorKind) -> Probe {
     }
 }
 
+/// The OS sandboxes that can run here, strongest first.
+pub fn available_sandboxes() -> Vec<ExecutorKind> {
+    probe_executors()
+        .into_iter()
+        .filter(|p| p.available && p.kind.is_sandbox())
+        .map(|p| p.kind)
+        .collect()
+}
+
+/// What to do on a machine where no OS sandbox can run. Installing bubblewrap is advised only
+/// where it is not installed: where it is, the probe's own reason (shown beside this) says
+/// what stops it.
+pub fn no_sandbox_fix(bwrap_installed: bool) -> String {
+    let namespaces = "allow unprivileged user namespaces (sysctl \
+         kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)";
+    let first = if bwrap_installed {
+        format!(
+            "{namespaces} so that bubblewrap (installed, but it cannot run here: see why above)"
+        )
+    } else {
+        format!(
+            "install bubblewrap 0.8 or later (apt-get install bubblewrap), or {namespaces} so \
+             that bubblewrap"
+        )
+    };
+    format!(
+        "{first} or the native Landlock executor (Linux 6.14 or later) can run; `garuda doctor` \
+         shows what is missing"
+    )
+}
+
+/// [`no_sandbox_fix`] for this machine.
+pub fn no_sandbox_fix_here() -> String {
+    no_sandbox_fix(bubblewrap::bwrap_path().is_some())
+}
+
 /// The executor chosen for a setting, and the sentence that says why.
 pub struct Selection {
     /// The executor.
@@ -265,6 +301,26 @@ pub fn exec_failure_outcome(
 mod tests {
     use super::*;
     use std::path::Path;
+
+    /// "install bubblewrap" only where it is missing: where it is installed and cannot run,
+    /// the advice is about namespaces.
+    #[test]
+    fn the_fix_advises_installing_bubblewrap_only_where_it_is_missing() {
+        let missing = no_sandbox_fix(false);
+        assert!(
+            missing.starts_with("install bubblewrap 0.8 or later (apt-get install bubblewrap), or allow unprivileged user namespaces"),
+            "{missing}"
+        );
+        let installed = no_sandbox_fix(true);
+        assert!(!installed.contains("install bubblewrap"), "{installed}");
+        assert_eq!(
+            installed,
+            "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, \
+             user.max_user_namespaces > 0) so that bubblewrap (installed, but it cannot run \
+             here: see why above) or the native Landlock executor (Linux 6.14 or later) can \
+             run; `garuda doctor` shows what is missing"
+        );
+    }
 
     #[test]
     fn program_resolution_uses_sandbox_path() {
