@@ -453,6 +453,9 @@ fn policy_command(project: Option<PathBuf>, json: bool, action: Option<PolicyCmd
     match action {
         None => {
             let settings = garuda_policy::load_policy(&project, &host, &Flags::default())?;
+            // What a run would refuse or skip, in the run's own words.
+            let notices = garuda_policy::check_writable(&settings, &host)?;
+            print_notices(&notices);
             let entries = garuda_policy::describe(&settings);
             let implied = implied_executor(&settings);
             if json {
@@ -461,6 +464,7 @@ fn policy_command(project: Option<PathBuf>, json: bool, action: Option<PolicyCmd
                     "sources": settings.sources.iter().map(|o| o.to_string()).collect::<Vec<_>>(),
                     "entries": entries,
                     "executor_in_use": implied,
+                    "notices": notices.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
                 });
                 println!("{}", visible_json(&serde_json::to_string_pretty(&out)?));
             } else {
@@ -530,6 +534,14 @@ fn policy_command(project: Option<PathBuf>, json: bool, action: Option<PolicyCmd
     }
 }
 
+/// Each notice of the policy (a skipped `sandbox.writable` path) as one `garuda:` line on
+/// stderr: the same words from `garuda sandbox`, `garuda policy` and `garuda policy check`.
+fn print_notices(notices: &[garuda_policy::PolicyNotice]) {
+    for n in notices {
+        eprintln!("garuda: {}", visible(&n.to_string()));
+    }
+}
+
 /// An entry of the effective policy with every field printable as one line: a project's
 /// settings file (a cloned repository's) chooses its rules and paths, which may hold a newline
 /// (a forged `executor in use:` line under them) or a bidirectional override (a rule that
@@ -593,6 +605,9 @@ fn policy_check(
         _ => replaced.project = file.to_path_buf(),
     }
     let after = garuda_policy::load_policy_from(&replaced, host, project, &Flags::default())?;
+    // What a run under it would refuse or skip, in the run's own words.
+    let notices = garuda_policy::check_writable(&after, host)?;
+    print_notices(&notices);
     let before = garuda_policy::load_policy_from(&standard, host, project, &Flags::default());
     let after_entries = garuda_policy::describe(&after);
     let before_entries = match &before {
@@ -617,6 +632,7 @@ fn policy_check(
             "valid": true,
             "added": added,
             "removed": removed,
+            "notices": notices.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
         });
         println!("{}", visible_json(&serde_json::to_string_pretty(&out)?));
         return Ok(0);
@@ -936,7 +952,9 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
             refuse_weaker_project_executor(settings.executor, &origin.path)?;
         }
     }
-    let mut policy = garuda_policy::build_exec_policy(&project, &settings, &host)?;
+    let (mut policy, notices) =
+        garuda_policy::build_exec_policy_noting(&project, &settings, &host)?;
+    print_notices(&notices);
     if let Some(secs) = timeout {
         policy.limits.timeout = Some(Duration::from_secs(secs));
     }
