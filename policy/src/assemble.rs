@@ -1,5 +1,6 @@
 //! Builds the [`ExecPolicy`] from the effective settings and the host.
 
+use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -10,7 +11,8 @@ use crate::exec::{ExecPolicy, Limits, NetworkMode};
 use crate::gitexec::protect_configured;
 use crate::host::HostEnv;
 use crate::paths::{
-    canonical_if_exists, canonical_if_present, create_dir_if_missing, sorted_unique,
+    canonical_if_exists, canonical_if_present, create_dir_if_missing, is_absent,
+    replaced_by_sandbox, sorted_unique,
 };
 use crate::sensitive::{HOME_SECRETS, PACKAGE_CACHES};
 use crate::settings::{CommandMode, EffectiveSettings, Origin};
@@ -23,7 +25,50 @@ const GARUDA_HOME_MODE: u32 = 0o700;
 /// behind an empty directory; `$XDG_RUNTIME_DIR` is added from the host.
 const HIDDEN_DIRS: &[&str] = &["/run", "/var/run"];
 
-/// Builds the policy every command of this session runs under.
+/// Something the policy leaves out that the user should hear about. `garuda sandbox` prints
+/// each one before the command runs, and `garuda policy` / `garuda policy check` print the same
+/// line ([`check_writable`]), so a policy that passes the check runs as the check said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyNotice {
+    /// A `sandbox.writable` entry with nothing at its path, outside the strict profile. It
+    /// could only have widened what commands may write, so leaving it out narrows nothing. It
+    /// is not a writable root, so nothing is bound there: a link planted at the path later
+    /// (by a command running at the same time) is never followed.
+    WritableSkipped {
+        /// The entry, resolved against the project root or home.
+        path: PathBuf,
+        /// Where the entry came from.
+        origin: Origin,
+    },
+}
+
+impl fmt::Display for PolicyNotice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyNotice::WritableSkipped { path, origin } => write!(
+                f,
+                "notice: writable path {} (sandbox.writable, {origin}) does not exist, so it is \
+                 skipped and nothing is made writable for it: create it to make it writable, or \
+                 remove the entry",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// Builds the policy every command of this session runs under; see
+/// [`build_exec_policy_noting`], whose notices this drops (for tests and benchmarks; the CLI
+/// prints them).
+pub fn build_exec_policy(
+    project_root: &Path,
+    settings: &EffectiveSettings,
+    host: &HostEnv,
+) -> Result<ExecPolicy, PolicyError> {
+    build_exec_policy_noting(project_root, settings, host).map(|(policy, _)| policy)
+}
+
+/// Builds the policy every command of this session runs under, and what it left out
+/// ([`PolicyNotice`]).
 ///
 /// Every path is canonical and, unless said otherwise, exists; each list is sorted by path
 /// and deduplicated. Side effects, on purpose: a missing `<project>/.garuda` and a missing
@@ -32,23 +77,30 @@ const HIDDEN_DIRS: &[&str] = &["/run", "/var/run"];
 /// 0700) so that it is unreadable from the first command on, before any audit key is written
 /// there.
 ///
-/// Errors: the project root is missing, not a directory, or contains the home directory; a
-/// `sandbox.writable` entry is missing, is (or contains) the home directory, or overlaps an
-/// unreadable path; a path that exists cannot be resolved or listed; a git pointer is stale;
-/// a git configuration file cannot be parsed, or names a missing file a command could create;
-/// in direct mode, `.git` or `.garuda` is a link a command could replace; a link a command
-/// could rewrite lies on the way to a file git runs or reads.
-pub fn build_exec_policy(
+/// Errors: the project root is missing, not a directory, `/tmp` itself or under `/dev` or
+/// `/proc`, or contains the home directory; a `sandbox.writable` entry is refused (see
+/// [`check_writable`]) or overlaps an unreadable path (the project's `.env` files included);
+/// a path that exists cannot be resolved or listed; a git pointer is stale; a git
+/// configuration file cannot be parsed, or names a missing file a command could create; in
+/// direct mode, `.git` or `.garuda` is a link a command could replace; a link a command could
+/// rewrite lies on the way to a file git runs or reads.
+pub fn build_exec_policy_noting(
     project_root: &Path,
     settings: &EffectiveSettings,
     host: &HostEnv,
-) -> Result<ExecPolicy, PolicyError> {
+) -> Result<(ExecPolicy, Vec<PolicyNotice>), PolicyError> {
     let root = fs::canonicalize(project_root).map_err(|source| PolicyError::Canonicalize {
         path: project_root.to_path_buf(),
         source,
     })?;
     if !root.is_dir() {
         return Err(PolicyError::ProjectRootNotDirectory { path: root });
+    }
+    // The executors give commands their own `/tmp`, `/dev` and `/proc`: a project there would
+    // either replace the private `/tmp` with the host's (every program's temporary files and
+    // sockets) or not be seen at all.
+    if replaced_by_sandbox(&root) {
+        return Err(PolicyError::ProjectRootReplaced { path: root });
     }
     let home = canonical_if_exists(&host.home)?.unwrap_or_else(|| host.home.clone());
     // A writable home means writable dotfiles (`.bashrc`, `.config/autostart`) that the host
@@ -57,18 +109,7 @@ pub fn build_exec_policy(
         return Err(PolicyError::ProjectRootTooBroad { path: root, home });
     }
 
-    let mut unreadable = Vec::new();
-    for secret in HOME_SECRETS {
-        unreadable.extend(canonical_if_exists(&home.join(secret.path))?);
-    }
-    for secret in &host.system_secrets {
-        unreadable.extend(canonical_if_exists(secret)?);
-    }
-    unreadable.push(garuda_home(host)?);
-    unreadable.extend(ssh_agent_socket(host)?);
-    for (path, _) in &settings.extra_unreadable {
-        unreadable.extend(canonical_if_exists(path)?);
-    }
+    let mut unreadable = known_unreadable(settings, host, &home, garuda_home(host)?)?;
 
     let mut writable = vec![root.clone()];
     for cache in PACKAGE_CACHES {
@@ -80,7 +121,7 @@ pub fn build_exec_policy(
             writable.push(path);
         }
     }
-    let extra_writable = resolve_extra_writable(settings, &home)?;
+    let (extra_writable, notices) = resolve_extra_writable(settings, &home)?;
     writable.extend(extra_writable.iter().map(|(path, _)| path.clone()));
     let writable = sorted_unique(writable);
 
@@ -95,21 +136,8 @@ pub fn build_exec_policy(
     unreadable.extend(scan.env_files);
     let unreadable = sorted_unique(unreadable);
 
-    // Checked against every unreadable path, the project's `.env` files included. A default
-    // cache may hold Garuda's home (it stays unreadable), but an entry someone adds must not
-    // open a directory that holds a secret, nor one inside a secret.
-    for (path, origin) in &extra_writable {
-        if let Some(secret) = unreadable
-            .iter()
-            .find(|secret| secret.starts_with(path) || path.starts_with(secret))
-        {
-            return Err(PolicyError::WritableExposesSecret {
-                path: path.clone(),
-                origin: (*origin).clone(),
-                secret: secret.clone(),
-            });
-        }
-    }
+    // Checked against every unreadable path, the project's `.env` files included.
+    refuse_exposing(&extra_writable, &unreadable)?;
 
     let mut hidden = Vec::new();
     let xdg = host.xdg_runtime_dir.as_deref();
@@ -122,7 +150,7 @@ pub fn build_exec_policy(
     }
 
     let allow: Vec<String> = settings.env_allow.iter().map(|(n, _)| n.clone()).collect();
-    Ok(ExecPolicy {
+    let policy = ExecPolicy {
         project_root: root,
         writable_roots: writable,
         read_only_paths: sorted_unique(scan.protected.minimal_read_only()),
@@ -133,7 +161,78 @@ pub fn build_exec_policy(
         staged: None,
         env: command_env(&host.vars, &allow),
         limits: Limits::default(),
-    })
+    };
+    Ok((policy, notices))
+}
+
+/// Checks `sandbox.writable` of `settings` on this machine without changing anything: the
+/// refusals [`build_exec_policy_noting`] makes for an entry, and the notices it gives, so that
+/// `garuda policy` and `garuda policy check` say what a run will say.
+///
+/// Outside the strict profile an entry with nothing at its path is skipped
+/// ([`PolicyNotice::WritableSkipped`]); under strict it is an error
+/// ([`PolicyError::WritableMissing`]). Errors everywhere: a dangling link, `/`, the home
+/// directory or one of its ancestors, `/tmp` itself or a path under `/dev` or `/proc`, and an
+/// entry that overlaps a secret: the built-in and machine secrets, Garuda's home, the
+/// ssh-agent socket and `sandbox.unreadable`. The project's `.env` files are found only by the
+/// walk of a run, so an entry that holds one is refused only then.
+pub fn check_writable(
+    settings: &EffectiveSettings,
+    host: &HostEnv,
+) -> Result<Vec<PolicyNotice>, PolicyError> {
+    let home = canonical_if_exists(&host.home)?.unwrap_or_else(|| host.home.clone());
+    let (extra_writable, notices) = resolve_extra_writable(settings, &home)?;
+    // Not created here: where it will be is enough to tell whether an entry would hold it.
+    let garuda_home =
+        canonical_if_exists(&host.garuda_home)?.unwrap_or_else(|| host.garuda_home.clone());
+    let unreadable = known_unreadable(settings, host, &home, garuda_home)?;
+    refuse_exposing(&extra_writable, &unreadable)?;
+    Ok(notices)
+}
+
+/// The unreadable paths known before the project is walked: existing home and machine
+/// secrets, Garuda's home (`garuda_home`, canonical), the ssh-agent socket and the existing
+/// `sandbox.unreadable` entries.
+fn known_unreadable(
+    settings: &EffectiveSettings,
+    host: &HostEnv,
+    home: &Path,
+    garuda_home: PathBuf,
+) -> Result<Vec<PathBuf>, PolicyError> {
+    let mut unreadable = Vec::new();
+    for secret in HOME_SECRETS {
+        unreadable.extend(canonical_if_exists(&home.join(secret.path))?);
+    }
+    for secret in &host.system_secrets {
+        unreadable.extend(canonical_if_exists(secret)?);
+    }
+    unreadable.push(garuda_home);
+    unreadable.extend(ssh_agent_socket(host)?);
+    for (path, _) in &settings.extra_unreadable {
+        unreadable.extend(canonical_if_exists(path)?);
+    }
+    Ok(unreadable)
+}
+
+/// A default cache may hold Garuda's home (it stays unreadable), but an entry someone adds must
+/// not open a directory that holds a secret, nor one inside a secret.
+fn refuse_exposing(
+    extra: &[(PathBuf, &Origin)],
+    unreadable: &[PathBuf],
+) -> Result<(), PolicyError> {
+    for (path, origin) in extra {
+        if let Some(secret) = unreadable
+            .iter()
+            .find(|secret| secret.starts_with(path) || path.starts_with(secret))
+        {
+            return Err(PolicyError::WritableExposesSecret {
+                path: path.clone(),
+                origin: (*origin).clone(),
+                secret: secret.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Garuda's home, created if missing: audit keys live there, and a directory created after
@@ -156,19 +255,68 @@ fn ssh_agent_socket(host: &HostEnv) -> Result<Option<PathBuf>, PolicyError> {
     }
 }
 
-/// `sandbox.writable`, canonical, each checked against the home directory.
+/// `sandbox.writable`, canonical, each checked against the home directory and the folders the
+/// sandbox replaces; and the entries skipped because nothing is at their path (outside strict).
+#[allow(clippy::type_complexity)] // a list and its notices, used once each
 fn resolve_extra_writable<'a>(
     settings: &'a EffectiveSettings,
     home: &Path,
-) -> Result<Vec<(PathBuf, &'a Origin)>, PolicyError> {
+) -> Result<(Vec<(PathBuf, &'a Origin)>, Vec<PolicyNotice>), PolicyError> {
     let mut resolved = Vec::new();
+    let mut notices = Vec::new();
     for (path, origin) in &settings.extra_writable {
-        let Some(canonical) = canonical_if_exists(path)? else {
-            return Err(PolicyError::WritableMissing {
-                path: path.clone(),
+        let missing = || {
+            if settings.is_strict() {
+                Err(PolicyError::WritableMissing {
+                    path: path.clone(),
+                    origin: origin.clone(),
+                    strict: settings.profile_origin.clone(),
+                })
+            } else {
+                Ok(PolicyNotice::WritableSkipped {
+                    path: path.clone(),
+                    origin: origin.clone(),
+                })
+            }
+        };
+        let resolve_error = |source| PolicyError::Canonicalize {
+            path: path.clone(),
+            source,
+        };
+        // Nothing at the path: skipped (never bound). Something there that resolves nowhere
+        // (a dangling link): refused, since a command could create what it names.
+        let canonical = match fs::symlink_metadata(path) {
+            Err(e) if is_absent(&e) => {
+                notices.push(missing()?);
+                continue;
+            }
+            Err(e) => return Err(resolve_error(e)),
+            Ok(_) => match fs::canonicalize(path) {
+                Ok(canonical) => canonical,
+                Err(e) if is_absent(&e) => match fs::read_link(path) {
+                    Ok(target) => {
+                        return Err(PolicyError::WritableDanglingLink {
+                            path: path.clone(),
+                            origin: origin.clone(),
+                            target,
+                        })
+                    }
+                    // Gone since it was looked at.
+                    Err(e) if is_absent(&e) => {
+                        notices.push(missing()?);
+                        continue;
+                    }
+                    Err(e) => return Err(resolve_error(e)),
+                },
+                Err(e) => return Err(resolve_error(e)),
+            },
+        };
+        if replaced_by_sandbox(&canonical) {
+            return Err(PolicyError::WritableReplaced {
+                path: canonical,
                 origin: origin.clone(),
             });
-        };
+        }
         // `/`, the home directory and its ancestors all contain the dotfiles.
         if home.starts_with(&canonical) {
             return Err(PolicyError::WritableTooBroad {
@@ -178,7 +326,7 @@ fn resolve_extra_writable<'a>(
         }
         resolved.push((canonical, origin));
     }
-    Ok(resolved)
+    Ok((resolved, notices))
 }
 
 #[cfg(test)]
@@ -1075,13 +1223,160 @@ mod tests {
     }
 
     #[test]
-    fn missing_extra_writable_is_refused() {
+    fn missing_extra_writable_is_skipped_with_a_notice_outside_strict() {
         let mut fx = Fixture::new();
-        fx.allow_writable(fx.home(".cache/nothing"));
+        let missing = fx.home(".cache/nothing");
+        fx.allow_writable(missing.clone());
+        let origin = fx.origin(SourceKind::User);
+        let (policy, notices) =
+            build_exec_policy_noting(&fx.tmp.path().join("project"), &fx.settings, &fx.host)
+                .unwrap();
+        // Not a writable root: nothing is bound there, so a link planted at the path before
+        // the mounts is never followed.
+        assert!(!policy.is_under_writable_root(&missing));
+        assert_eq!(
+            notices,
+            [PolicyNotice::WritableSkipped {
+                path: missing.clone(),
+                origin: origin.clone()
+            }]
+        );
+        assert_eq!(
+            notices[0].to_string(),
+            format!(
+                "notice: writable path {} (sandbox.writable, {origin}) does not exist, so it is \
+                 skipped and nothing is made writable for it: create it to make it writable, or \
+                 remove the entry",
+                missing.display()
+            )
+        );
+        // The check of `garuda policy` says the same, and changes nothing.
+        assert_eq!(check_writable(&fx.settings, &fx.host).unwrap(), notices);
+        assert!(!missing.exists());
+        // Control: once the folder exists it is writable and nothing is said.
+        mkdir(&missing);
+        let (policy, notices) =
+            build_exec_policy_noting(&fx.tmp.path().join("project"), &fx.settings, &fx.host)
+                .unwrap();
+        assert!(policy.writable_roots.contains(&missing));
+        assert!(notices.is_empty());
+        assert!(check_writable(&fx.settings, &fx.host).unwrap().is_empty());
+    }
+
+    #[test]
+    fn missing_extra_writable_is_an_error_under_strict() {
+        let mut fx = Fixture::new();
+        let missing = fx.home(".cache/nothing");
+        fx.allow_writable(missing.clone());
+        fx.settings.profile = crate::Profile::Strict;
+        fx.settings.profile_origin = Some(Origin::flag("--strict"));
+        let want = format!(
+            "writable path {} (sandbox.writable, {}) does not exist, and the strict profile \
+             (command-line flag --strict) does not skip a missing writable path: create it, or \
+             remove the entry",
+            missing.display(),
+            fx.origin(SourceKind::User)
+        );
+        let err = fx.build().unwrap_err();
+        assert!(matches!(err, PolicyError::WritableMissing { .. }), "{err}");
+        assert_eq!(err.to_string(), want);
+        assert_eq!(
+            check_writable(&fx.settings, &fx.host)
+                .unwrap_err()
+                .to_string(),
+            want
+        );
+        // Control: the same entry existing builds under strict.
+        mkdir(&missing);
+        assert!(fx.build().unwrap().writable_roots.contains(&missing));
+    }
+
+    #[test]
+    fn a_dangling_writable_link_is_refused_even_outside_strict() {
+        let mut fx = Fixture::new();
+        mkdir(&fx.home(".cache"));
+        symlink(fx.at("later"), fx.home(".cache/tool")).unwrap();
+        fx.allow_writable(fx.home(".cache/tool"));
+        for err in [
+            fx.build().unwrap_err(),
+            check_writable(&fx.settings, &fx.host).unwrap_err(),
+        ] {
+            match err {
+                PolicyError::WritableDanglingLink { target, .. } => {
+                    assert_eq!(target, fx.at("later"))
+                }
+                other => panic!("{other}"),
+            }
+        }
+        // Control: with its target made, the link resolves to it.
+        mkdir(&fx.at("later"));
+        assert!(fx.build().unwrap().writable_roots.contains(&fx.at("later")));
+    }
+
+    #[test]
+    fn too_broad_and_secret_entries_are_refused_by_the_check_too() {
+        let mut fx = Fixture::new();
+        mkdir(&fx.home(".ssh"));
+        fx.allow_writable(fx.home(""));
         assert!(matches!(
-            fx.build(),
-            Err(PolicyError::WritableMissing { .. })
+            check_writable(&fx.settings, &fx.host),
+            Err(PolicyError::WritableTooBroad { .. })
         ));
+        fx.settings.extra_writable.clear();
+        fx.allow_writable(fx.home(".ssh"));
+        assert!(matches!(
+            check_writable(&fx.settings, &fx.host),
+            Err(PolicyError::WritableExposesSecret { .. })
+        ));
+        // Garuda's home, not made yet: where it will be is enough.
+        fx.settings.extra_writable.clear();
+        mkdir(&fx.home(".config"));
+        fx.host.garuda_home = fx.home(".config/garuda");
+        fx.allow_writable(fx.home(".config"));
+        assert!(matches!(
+            check_writable(&fx.settings, &fx.host),
+            Err(PolicyError::WritableExposesSecret { secret, .. }) if secret == fx.home(".config/garuda")
+        ));
+        assert!(
+            !fx.home(".config/garuda").exists(),
+            "the check creates nothing"
+        );
+    }
+
+    #[test]
+    fn tmp_itself_dev_and_proc_are_refused_as_project_or_writable() {
+        let mut fx = Fixture::new();
+        for path in ["/tmp", "/dev/shm", "/proc/self"] {
+            fx.settings.extra_writable.clear();
+            fx.allow_writable(PathBuf::from(path));
+            let err = check_writable(&fx.settings, &fx.host).unwrap_err();
+            assert!(
+                matches!(err, PolicyError::WritableReplaced { .. }),
+                "{path}: {err}"
+            );
+        }
+        fx.settings.extra_writable.clear();
+        let err = build_exec_policy(Path::new("/tmp"), &fx.settings, &fx.host).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "project root /tmp is refused: every sandbox gives commands a private, empty /tmp, \
+             and sharing the host's whole /tmp would hand them every other program's temporary \
+             files and sockets (the X server's among them); a folder under /tmp is shared at its \
+             own path; put the project in a folder of its own (mkdir /tmp/proj) and run there, or \
+             pass --project DIR"
+        );
+        assert!(matches!(
+            build_exec_policy(Path::new("/dev/shm"), &fx.settings, &fx.host),
+            Err(PolicyError::ProjectRootReplaced { .. })
+        ));
+        // Control: a folder under /tmp is a project like any other, and a writable path.
+        let under = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        let under_path = under.path().canonicalize().unwrap();
+        assert!(under_path.starts_with("/tmp"));
+        let policy = build_exec_policy(&under_path, &fx.settings, &fx.host).unwrap();
+        assert_eq!(policy.project_root, under_path);
+        fx.allow_writable(under_path.clone());
+        assert!(fx.build().unwrap().writable_roots.contains(&under_path));
     }
 
     #[test]

@@ -9,7 +9,9 @@ use crate::settings::Origin;
 ///
 /// Every variant names what failed (the file, line and column, the path or the value) so the
 /// user can fix it. None of them is ever downgraded to a warning: Garuda refuses to start
-/// rather than run with a policy it could not fully read.
+/// rather than run with a policy it could not fully read. (A `sandbox.writable` path that does
+/// not exist is not an error outside the strict profile: it narrows nothing, so it is skipped
+/// with a [`crate::PolicyNotice`].)
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     /// `HOME` is not set (or empty): the secrets under it could not be found.
@@ -172,18 +174,52 @@ pub enum PolicyError {
         home: PathBuf,
     },
 
-    /// A `sandbox.writable` entry does not exist.
-    #[error("writable path {} (from {origin}) does not exist", path.display())]
+    /// The project root is a folder every Linux sandbox replaces with its own: `/tmp` itself,
+    /// or a folder at or under `/dev` or `/proc`.
+    #[error(
+        "project root {} is refused: {}; put the project in a folder of its own (mkdir /tmp/proj) and run there, or pass --project DIR",
+        path.display(),
+        replaced_reason(path)
+    )]
+    ProjectRootReplaced {
+        /// The canonical project root.
+        path: PathBuf,
+    },
+
+    /// A `sandbox.writable` entry does not exist, under the strict profile. (Outside strict it
+    /// is skipped with a [`crate::PolicyNotice::WritableSkipped`].)
+    #[error(
+        "writable path {} (sandbox.writable, {origin}) does not exist, and the strict profile ({}) does not skip a missing writable path: create it, or remove the entry",
+        path.display(),
+        strict.as_ref().map_or_else(|| "in force".to_string(), |o| o.to_string())
+    )]
     WritableMissing {
         /// The entry, resolved against the project root or home.
         path: PathBuf,
         /// Where the entry came from.
         origin: Origin,
+        /// The source that made the profile strict.
+        strict: Option<Origin>,
+    },
+
+    /// A `sandbox.writable` entry is a symbolic link whose target does not exist.
+    #[error(
+        "writable path {} (sandbox.writable, {origin}) is refused: it is a symbolic link to {}, which does not exist, so whatever is made there later would become writable; fix the link or remove the entry",
+        path.display(),
+        target.display()
+    )]
+    WritableDanglingLink {
+        /// The entry, resolved against the project root or home.
+        path: PathBuf,
+        /// Where the entry came from.
+        origin: Origin,
+        /// What the link says.
+        target: PathBuf,
     },
 
     /// A `sandbox.writable` entry is `/`, the home directory or one of its ancestors.
     #[error(
-        "writable path {} (from {origin}) is refused: it is the home directory or contains it, \
+        "writable path {} (sandbox.writable, {origin}) is refused: it is the home directory or contains it, \
          so commands could rewrite dotfiles the host runs",
         path.display()
     )]
@@ -194,9 +230,23 @@ pub enum PolicyError {
         origin: Origin,
     },
 
+    /// A `sandbox.writable` entry is a folder every Linux sandbox replaces with its own:
+    /// `/tmp` itself, or a path at or under `/dev` or `/proc`.
+    #[error(
+        "writable path {} (sandbox.writable, {origin}) is refused: {}; name a folder of its own instead (/tmp/shared)",
+        path.display(),
+        replaced_reason(path)
+    )]
+    WritableReplaced {
+        /// The canonical entry.
+        path: PathBuf,
+        /// Where the entry came from.
+        origin: Origin,
+    },
+
     /// A `sandbox.writable` entry contains an unreadable path, or lies inside one.
     #[error(
-        "writable path {} (from {origin}) is refused: it overlaps the unreadable path {}",
+        "writable path {} (sandbox.writable, {origin}) is refused: it overlaps the unreadable path {}",
         path.display(),
         secret.display()
     )]
@@ -370,4 +420,16 @@ pub enum PolicyError {
         /// Why.
         reason: &'static str,
     },
+}
+
+/// Why a path that [`crate::paths::replaced_by_sandbox`] names cannot be shared with commands.
+fn replaced_reason(path: &std::path::Path) -> &'static str {
+    if path == std::path::Path::new("/tmp") {
+        "every sandbox gives commands a private, empty /tmp, and sharing the host's whole /tmp \
+         would hand them every other program's temporary files and sockets (the X server's among \
+         them); a folder under /tmp is shared at its own path"
+    } else {
+        "every sandbox gives commands a fresh /dev and /proc of their own, so nothing there is \
+         shared with them"
+    }
 }

@@ -54,7 +54,10 @@
 //! - **Writable roots**: the project, the package caches of [`PACKAGE_CACHES`] that exist, and
 //!   `sandbox.writable`. A writable entry that is `/`, the home directory or one of its
 //!   ancestors, or that overlaps an unreadable path, is refused: it would let a command rewrite
-//!   dotfiles that the host later runs, or reach a secret.
+//!   dotfiles that the host later runs, or reach a secret. So is `/tmp` itself (commands get a
+//!   private one; a folder under it is shared at its own path). An entry with nothing at its
+//!   path is skipped with a [`PolicyNotice`] ([`build_exec_policy_noting`], [`check_writable`]),
+//!   except under the strict profile, where it is an error.
 //! - **Unreadable paths**: the secrets of [`HOME_SECRETS`] that exist, Garuda's own home (audit
 //!   keys), the ssh-agent socket, `sandbox.unreadable`, and every `.env` / `.env.*` file or
 //!   directory in the project.
@@ -107,7 +110,7 @@ mod walk;
 #[cfg(test)]
 mod test_support;
 
-pub use assemble::build_exec_policy;
+pub use assemble::{build_exec_policy, build_exec_policy_noting, check_writable, PolicyNotice};
 pub use command::{SimpleCommand, SplitError};
 pub use describe::{describe, render as render_entries, Entry};
 pub use env::DEFAULT_ENV_ALLOW;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::PolicyError;
 
-fn is_absent(e: &io::Error) -> bool {
+pub(crate) fn is_absent(e: &io::Error) -> bool {
     // ENOTDIR: a component is a file (`~/.docker` is a file, so `~/.docker/config.json` is
     // not there).
     matches!(
@@ -20,6 +20,14 @@ fn canonicalize(path: &Path) -> Result<PathBuf, PolicyError> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// True for a canonical path that every Linux executor replaces with its own content, so that
+/// it cannot be shared with commands: `/tmp` itself (a private, empty tmpfs; a folder *under*
+/// `/tmp` is bound into it at its own path), and anything at or under `/dev` or `/proc` (fresh
+/// ones).
+pub(crate) fn replaced_by_sandbox(path: &Path) -> bool {
+    path == Path::new("/tmp") || path.starts_with("/dev") || path.starts_with("/proc")
 }
 
 /// The canonical form of `path`, or `None` when there is nothing to resolve (no entry, or a

@@ -772,6 +772,9 @@ fn policy_command(project: Option<PathBuf>, json: bool, action: Option<PolicyCmd
     match action {
         None => {
             let settings = garuda_policy::load_policy(&project, &host, &Flags::default())?;
+            // What a run would refuse or skip, in the run's own words.
+            let notices = garuda_policy::check_writable(&settings, &host)?;
+            print_notices(&notices);
             let entries = garuda_policy::describe(&settings);
             let implied = implied_executor(&settings);
             if json {
@@ -780,6 +783,7 @@ fn policy_command(project: Option<PathBuf>, json: bool, action: Option<PolicyCmd
                     "sources": settings.sources.iter().map(|o| o.to_string()).collect::<Vec<_>>(),
                     "entries": entries,
                     "executor_in_use": implied,
+                    "notices": notices.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
                 });
                 println!("{}", visible_json(&serde_json::to_string_pretty(&out)?));
             } else {
@@ -849,6 +853,14 @@ fn policy_command(project: Option<PathBuf>, json: bool, action: Option<PolicyCmd
     }
 }
 
+/// Each notice of the policy (a skipped `sandbox.writable` path) as one `garuda:` line on
+/// stderr: the same words from `garuda sandbox`, `garuda policy` and `garuda policy check`.
+fn print_notices(notices: &[garuda_policy::PolicyNotice]) {
+    for n in notices {
+        eprintln!("garuda: {}", visible(&n.to_string()));
+    }
+}
+
 /// An entry of the effective policy with every field printable as one line: a project's
 /// settings file (a cloned repository's) chooses its rules and paths, which may hold a newline
 /// (a forged `executor in use:` line under them) or a bidirectional override (a rule that
@@ -912,6 +924,9 @@ fn policy_check(
         _ => replaced.project = file.to_path_buf(),
     }
     let after = garuda_policy::load_policy_from(&replaced, host, project, &Flags::default())?;
+    // What a run under it would refuse or skip, in the run's own words.
+    let notices = garuda_policy::check_writable(&after, host)?;
+    print_notices(&notices);
     let before = garuda_policy::load_policy_from(&standard, host, project, &Flags::default());
     let after_entries = garuda_policy::describe(&after);
     let before_entries = match &before {
@@ -936,6 +951,7 @@ fn policy_check(
             "valid": true,
             "added": added,
             "removed": removed,
+            "notices": notices.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
         });
         println!("{}", visible_json(&serde_json::to_string_pretty(&out)?));
         return Ok(0);
@@ -1295,13 +1311,14 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
             refuse_weaker_project_executor(settings.executor, &origin.path)?;
         }
     }
-    let mut policy =
-        garuda_policy::build_exec_policy(&project, &settings, &host).map_err(|e| match e {
+    let (mut policy, notices) = garuda_policy::build_exec_policy_noting(&project, &settings, &host)
+        .map_err(|e| match e {
             garuda_policy::PolicyError::ProjectRootTooBroad { .. } => {
                 anyhow!("{e}; {}", too_broad_hint(&project_from, &project))
             }
             e => anyhow!(e),
         })?;
+    print_notices(&notices);
     if project_from == ProjectFrom::CurrentFolder {
         // Not an error: a folder that is not a git project is still a project. But the user
         // may not have meant this folder to be the one the command can write.

@@ -45,9 +45,9 @@ pub struct Fds {
     pub seccomp: i32,
     /// One empty file per unreadable file (bwrap consumes each descriptor it reads).
     pub empty: Vec<i32>,
-    /// One reserved descriptor per path of [`rw_binds`], in its order: the spawn hook opens
+    /// One reserved descriptor per path of [`held_binds`], in its order: the spawn hook opens
     /// the path there (refusing a link in any component) and bwrap binds it
-    /// (`--bind /proc/self/fd/N`).
+    /// (`--bind /proc/self/fd/N`, `--ro-bind /proc/self/fd/N`).
     pub binds: Vec<i32>,
 }
 
@@ -76,34 +76,37 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
     ]);
     let mut empty = fds.empty.iter();
     let mut binds = fds.binds.iter();
-    let ops = layout(policy);
-    // Unit tests only: the mount-layer mistake of `layout::fault` (bwrap has no second wall).
-    #[cfg(test)]
-    let ops = super::layout::fault::apply(ops);
-    for op in ops {
+    // Every bind source is the spawn hook's handle, never a path: a command running at the
+    // same time could have swapped a folder of a writable root (a pinned `sub`, a hole
+    // `sub/.git/objects`, a `sandbox.writable` entry inside a package cache, a `.git` to be
+    // bound read-only) for a link to the main repository's hooks, the home or a secret since
+    // the policy was built, and bwrap follows links in a source path. The hook opened each one
+    // component at a time, refusing a link (as `MountStep::Hold` does for `landlock`), and the
+    // kernel binds the handle's own folder. (`--bind-fd` would do the same, but bwrap has it
+    // only since 0.10.) A missing handle names no file: bwrap fails.
+    let mut source = || format!("/proc/self/fd/{}", binds.next().map_or(-1, |fd| *fd));
+    for op in view(policy) {
         match op {
             Op::RootReadOnly => push(&["--ro-bind".as_ref(), "/".as_ref(), "/".as_ref()]),
             Op::Dev => push(&["--dev".as_ref(), "/dev".as_ref()]),
             Op::Proc => push(&["--proc".as_ref(), "/proc".as_ref()]),
-            Op::Tmp => push(&["--tmpfs".as_ref(), "/tmp".as_ref()]),
+            // The same mode as `landlock`'s private /tmp (bwrap's default is 0755).
+            Op::Tmp => push(&[
+                "--perms".as_ref(),
+                "1777".as_ref(),
+                "--tmpfs".as_ref(),
+                "/tmp".as_ref(),
+            ]),
             Op::Hide(p) => push(&[
                 "--tmpfs".as_ref(),
                 p.as_os_str(),
                 "--remount-ro".as_ref(),
                 p.as_os_str(),
             ]),
-            Op::Writable(p) => push(&["--bind".as_ref(), p.as_os_str(), p.as_os_str()]),
-            // Inside a writable root: a command running at the same time could have swapped
-            // the folder for a link (to the main repository's hooks, to the home) since the
-            // policy was built, and bwrap follows links in a source path. The source is the
-            // spawn hook's handle instead, which holds no link (`--bind-fd` would do the same,
-            // but bwrap has it only since 0.10). A missing handle names no file: bwrap fails.
-            Op::Pin(p) | Op::WritableHole(p) => {
-                let fd = binds.next().map_or(-1, |fd| *fd);
-                let source = format!("/proc/self/fd/{fd}");
-                push(&["--bind".as_ref(), source.as_ref(), p.as_os_str()])
+            Op::Writable(p) | Op::Pin(p) | Op::WritableHole(p) => {
+                push(&["--bind".as_ref(), source().as_ref(), p.as_os_str()])
             }
-            Op::ReadOnly(p) => push(&["--ro-bind".as_ref(), p.as_os_str(), p.as_os_str()]),
+            Op::ReadOnly(p) => push(&["--ro-bind".as_ref(), source().as_ref(), p.as_os_str()]),
             Op::UnreadableDir(p) => push(&[
                 "--perms".as_ref(),
                 "0000".as_ref(),
@@ -138,30 +141,39 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
     a
 }
 
-/// The read-write binds inside writable roots ([`Op::Pin`], [`Op::WritableHole`]), in the
-/// order [`argv`] uses [`Fds::binds`] for them.
-pub fn rw_binds(policy: &ExecPolicy) -> Vec<PathBuf> {
-    layout(policy)
+/// The filesystem view of `policy`, as [`argv`] and [`held_binds`] both read it.
+fn view(policy: &ExecPolicy) -> Vec<Op> {
+    let ops = layout(policy);
+    // Unit tests only: the mount-layer mistake of `layout::fault` (bwrap has no second wall).
+    #[cfg(test)]
+    let ops = super::layout::fault::apply(ops);
+    ops
+}
+
+/// The sources of every bind ([`Op::Writable`], [`Op::Pin`], [`Op::ReadOnly`],
+/// [`Op::WritableHole`]), in the order [`argv`] uses [`Fds::binds`] for them.
+pub fn held_binds(policy: &ExecPolicy) -> Vec<PathBuf> {
+    view(policy)
         .into_iter()
         .filter_map(|op| match op {
-            Op::Pin(p) | Op::WritableHole(p) => Some(p),
+            Op::Writable(p) | Op::Pin(p) | Op::ReadOnly(p) | Op::WritableHole(p) => Some(p),
             _ => None,
         })
         .collect()
 }
 
-/// Reserves one descriptor per path of [`rw_binds`] for [`Fds::binds`] (close-on-exec: the
+/// Reserves one descriptor per path of [`held_binds`] for [`Fds::binds`] (close-on-exec: the
 /// spawn hook puts the path's handle in its place).
 pub fn reserve_binds(policy: &ExecPolicy) -> std::io::Result<Vec<OwnedFd>> {
-    rw_binds(policy)
+    held_binds(policy)
         .iter()
         .map(|_| sys::open_read(c"/dev/null"))
         .collect()
 }
 
-/// The paths of [`rw_binds`] paired with the descriptors of `binds`, for the spawn hook.
+/// The paths of [`held_binds`] paired with the descriptors of `binds`, for the spawn hook.
 fn holds(policy: &ExecPolicy, binds: &[i32]) -> Vec<(CString, i32)> {
-    rw_binds(policy)
+    held_binds(policy)
         .into_iter()
         .zip(binds)
         // A canonical path has no NUL byte; if one had, the empty path makes the hook fail
@@ -177,7 +189,7 @@ fn holds(policy: &ExecPolicy, binds: &[i32]) -> Vec<(CString, i32)> {
 
 /// How many empty-file descriptors [`argv`] needs.
 pub fn empty_files_needed(policy: &ExecPolicy) -> usize {
-    layout(policy)
+    view(policy)
         .iter()
         .filter(|op| matches!(op, Op::UnreadableFile(_)))
         .count()
@@ -623,8 +635,19 @@ mod tests {
         let fds = Fds {
             seccomp: 7,
             empty: vec![9],
-            binds: vec![11, 12],
+            binds: vec![11, 12, 13, 14, 15],
         };
+        // The spawn hook opens these, in this order, at descriptors 11 to 15.
+        assert_eq!(
+            held_binds(&policy),
+            [
+                root.clone(),
+                root.join("sub"),
+                root.join(".git"),
+                root.join("sub/.git"),
+                root.join(".git/objects"),
+            ]
+        );
         argv(&policy, &root, &cmd, &fds)
             .into_iter()
             .map(|s| {
@@ -647,13 +670,13 @@ mod tests {
             "--ro-bind", "/", "/",
             "--dev", "/dev",
             "--proc", "/proc",
-            "--tmpfs", "/tmp",
+            "--perms", "1777", "--tmpfs", "/tmp",
             "--tmpfs", "/run", "--remount-ro", "/run",
-            "--bind", "$ROOT", "$ROOT",
-            "--bind", "/proc/self/fd/11", "$ROOT/sub",
-            "--ro-bind", "$ROOT/.git", "$ROOT/.git",
-            "--ro-bind", "$ROOT/sub/.git", "$ROOT/sub/.git",
-            "--bind", "/proc/self/fd/12", "$ROOT/.git/objects",
+            "--bind", "/proc/self/fd/11", "$ROOT",
+            "--bind", "/proc/self/fd/12", "$ROOT/sub",
+            "--ro-bind", "/proc/self/fd/13", "$ROOT/.git",
+            "--ro-bind", "/proc/self/fd/14", "$ROOT/sub/.git",
+            "--bind", "/proc/self/fd/15", "$ROOT/.git/objects",
             "--perms", "0000", "--ro-bind-data", "9", "$ROOT/.env",
             "--chdir", "$ROOT",
             "--add-seccomp-fd", "7",
@@ -676,13 +699,13 @@ mod tests {
             "--ro-bind", "/", "/",
             "--dev", "/dev",
             "--proc", "/proc",
-            "--tmpfs", "/tmp",
+            "--perms", "1777", "--tmpfs", "/tmp",
             "--tmpfs", "/run", "--remount-ro", "/run",
-            "--bind", "$ROOT", "$ROOT",
-            "--bind", "/proc/self/fd/11", "$ROOT/sub",
-            "--ro-bind", "$ROOT/.git", "$ROOT/.git",
-            "--ro-bind", "$ROOT/sub/.git", "$ROOT/sub/.git",
-            "--bind", "/proc/self/fd/12", "$ROOT/.git/objects",
+            "--bind", "/proc/self/fd/11", "$ROOT",
+            "--bind", "/proc/self/fd/12", "$ROOT/sub",
+            "--ro-bind", "/proc/self/fd/13", "$ROOT/.git",
+            "--ro-bind", "/proc/self/fd/14", "$ROOT/sub/.git",
+            "--bind", "/proc/self/fd/15", "$ROOT/.git/objects",
             "--perms", "0000", "--ro-bind-data", "9", "$ROOT/.env",
             "--chdir", "$ROOT",
             "--add-seccomp-fd", "7",

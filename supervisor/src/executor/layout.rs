@@ -8,7 +8,11 @@
 //! 2. a fresh `/dev` with only `null`, `zero`, `full`, `random`, `urandom`, `tty`, a private
 //!    `devpts` and `/dev/shm` — no disks, no host terminals;
 //! 3. a fresh `/proc` for the command's own PID namespace;
-//! 4. a private, empty `/tmp`;
+//! 4. a private, empty `/tmp` (mode 1777). A writable root *under* `/tmp` (a project in
+//!    `/tmp/proj`) is bound into it at its own path from the host, so it is shared, and the
+//!    rest of `/tmp` stays private. `/tmp` itself is never a writable root: the policy refuses
+//!    it, and the layout drops it, so the host's `/tmp` (other programs' files and sockets) is
+//!    never bound over the private one;
 //! 5. hidden directories (`/run`, `$XDG_RUNTIME_DIR`): empty and read-only, so host daemons'
 //!    sockets (docker, D-Bus, ssh-agent) are out of reach — a read-only mount does not stop
 //!    `connect` on a unix socket, only hiding it does;
@@ -82,11 +86,12 @@ pub fn layout(policy: &ExecPolicy) -> Vec<Op> {
     let replaced: Vec<PathBuf> = REPLACED_DIRS.iter().map(PathBuf::from).collect();
     let mut ops = vec![Op::RootReadOnly, Op::Dev, Op::Proc, Op::Tmp];
     // A writable root under /tmp (a project in a temporary folder) is bound into the private
-    // /tmp from the host's path: it stays visible.
+    // /tmp from the host's path: it stays visible. /tmp itself would put the host's /tmp back
+    // (`build_exec_policy` refuses it; a policy made by hand loses it here).
     let writable: Vec<PathBuf> = policy
         .writable_roots
         .iter()
-        .filter(|w| !w.starts_with("/dev") && !w.starts_with("/proc"))
+        .filter(|w| !w.starts_with("/dev") && !w.starts_with("/proc") && *w != Path::new("/tmp"))
         .cloned()
         .collect();
     let visible = |p: &Path| !under_any(p, &replaced) || under_any(p, &writable);
@@ -277,6 +282,27 @@ mod tests {
             env: vec![],
             limits: Limits::default(),
         }
+    }
+
+    #[test]
+    fn a_root_under_tmp_is_bound_and_tmp_itself_never() {
+        let mut p = policy(Path::new("/tmp/proj"));
+        p.read_only_paths.clear();
+        p.writable_holes.clear();
+        p.unreadable_paths.clear();
+        p.writable_roots = vec!["/tmp".into(), "/tmp/a/cache".into(), "/tmp/proj".into()];
+        assert_eq!(
+            layout(&p),
+            vec![
+                Op::RootReadOnly,
+                Op::Dev,
+                Op::Proc,
+                Op::Tmp,
+                Op::Hide("/run".into()),
+                Op::Writable("/tmp/a/cache".into()),
+                Op::Writable("/tmp/proj".into()),
+            ]
+        );
     }
 
     #[test]
