@@ -38,7 +38,7 @@ fn one_run(cfg: &AuditConfig, i: u64) {
     w.append(
         "command_result",
         json!({"blocked": [], "code": 0, "duration_ms": 1 + i % 7, "exit_code": 0,
-               "git_guard": [], "interrupted_by_signal": null, "staged": null, "status": "exited"}),
+               "interrupted_by_signal": null, "staged": null, "status": "exited"}),
     )
     .unwrap();
     w.close(json!({"exit_code": 0})).unwrap();

@@ -4,9 +4,9 @@
 //!
 //! Run: `cargo bench -p garuda --bench staging` (optionally `-- FILES`, default 20000).
 //!
-//! The project is generated like `../shared/bench/gen-project.sh` (files of 80 lines of eight
-//! words in FILES/10 folders, a `.gitignore`, everything committed) under the user's home, not
-//! /tmp, so that it sits on the same filesystem as `~/.garuda/staging`.
+//! The project has the shape `benches/gen-project.sh` makes (files of 80 lines of eight words
+//! in FILES/10 folders, a `.gitignore`, everything committed), generated here in Rust, under
+//! the user's home, not /tmp, so that it sits on the same filesystem as `~/.garuda/staging`.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // benchmark code: a panic aborts the run
 
