@@ -764,7 +764,9 @@ fn outside_references(repo: &Path, doc: &str, text: &str) -> Vec<Finding> {
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != "target" && n != ".git")
+        // Not the repository's own: build output, git's folder, and the `.garuda/` a
+        // `garuda sandbox` run in this checkout leaves behind (docs name the project's).
+        .filter(|n| n != "target" && n != ".git" && n != ".garuda")
         .collect();
     let mut findings = Vec::new();
     let (_, prose, _) = blocks(doc, text);
