@@ -19,6 +19,7 @@
 #![deny(missing_docs)]
 
 pub mod audit_cmd;
+pub mod broker;
 pub mod cli;
 pub mod demo;
 pub mod dnsstub;

@@ -1,0 +1,414 @@
+//! The broker against an "evil client": a test that speaks the wire protocol directly,
+//! bypassing the agent's own client code, and breaks it in every way the state table and the
+//! codec name. Each violation must stop the conversation (the agent killed, the socket
+//! closed), be written to the session's audit log, and leave a log that `garuda audit verify`
+//! still verifies. Negative control: a client that keeps the protocol is served to the end,
+//! never killed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+use garuda_audit::{AuditConfig, SessionWriter};
+use garuda_ipc::{
+    decode, encode, read_frame, AgentFrame, Answer, Limits, ModelApi, ModelEndpoint, Request,
+    Start, StopReason, SupervisorFrame, UiEvent, Usage, MAX_FRAME_BYTES, PROTOCOL_VERSION,
+};
+use garuda_supervisor::broker::server::{AuditSink, Broker, BrokerError, ToolHost};
+use garuda_supervisor::broker::state::State;
+use serde_json::{json, Value};
+
+fn start() -> Start {
+    Start {
+        model: ModelEndpoint {
+            api: ModelApi::AnthropicMessages,
+            base_url: "http://127.0.0.1:9".into(),
+            model: "test".into(),
+            api_key: "sk-test".into(),
+            proxy: "127.0.0.1:9".into(),
+        },
+        limits: Limits {
+            max_steps: 5,
+            token_budget: 1000,
+            max_output_tokens: 100,
+        },
+        system_prompt: String::new(),
+        tools: vec![],
+    }
+}
+
+/// Answers every request with a fixed text; records what it was asked.
+struct EchoTools(Vec<Request>);
+
+impl ToolHost for EchoTools {
+    fn call(&mut self, request: &Request) -> (Answer, Option<Value>) {
+        self.0.push(request.clone());
+        (
+            Answer::FileText {
+                text: "hi\n".into(),
+                first_line: 1,
+                total_lines: 1,
+                unchanged: false,
+            },
+            Some(json!({"tool": "read_file"})),
+        )
+    }
+}
+
+/// The audit session the broker writes into, shared with the test.
+#[derive(Clone)]
+struct Shared(Arc<std::sync::Mutex<Option<SessionWriter>>>);
+
+impl AuditSink for Shared {
+    fn record(&mut self, kind: &str, event: Value) -> Result<(), String> {
+        let mut w = self.0.lock().unwrap();
+        w.as_mut()
+            .unwrap()
+            .append(kind, event)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+struct World {
+    _w: common::World,
+    garuda_home: std::path::PathBuf,
+    project: std::path::PathBuf,
+    audit: Shared,
+}
+
+impl World {
+    fn new() -> World {
+        let w = common::World::new("garuda-broker-protocol");
+        let garuda_home = w.home.join(".garuda");
+        let project = w.project.clone();
+        let cfg = AuditConfig::new(&garuda_home, &project);
+        let writer = SessionWriter::open(&cfg, json!({"tool": "broker test"})).unwrap();
+        World {
+            _w: w,
+            garuda_home,
+            project,
+            audit: Shared(Arc::new(std::sync::Mutex::new(Some(writer)))),
+        }
+    }
+
+    /// Closes the session and runs `garuda audit verify` on it; returns the events of kind
+    /// `protocol_violation` (from `garuda audit show --json`).
+    fn close_and_verify(&self) -> Vec<Value> {
+        let w = self.audit.0.lock().unwrap().take().unwrap();
+        w.close(json!({})).unwrap();
+        let verify = Command::new(common::garuda())
+            .args(["audit", "verify", "--project"])
+            .arg(&self.project)
+            .env("GARUDA_HOME", &self.garuda_home)
+            .output()
+            .unwrap();
+        let out = common::text(&verify.stdout);
+        assert_eq!(
+            verify.status.code(),
+            Some(0),
+            "{out}{}",
+            common::text(&verify.stderr)
+        );
+        assert!(out.starts_with("audit log: VERIFIED"), "{out}");
+        let show = Command::new(common::garuda())
+            .args(["audit", "show", "--json", "--project"])
+            .arg(&self.project)
+            .env("GARUDA_HOME", &self.garuda_home)
+            .output()
+            .unwrap();
+        assert_eq!(
+            show.status.code(),
+            Some(0),
+            "{}",
+            common::text(&show.stderr)
+        );
+        let shown: Value = serde_json::from_slice(&show.stdout).unwrap();
+        shown["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["type"] == "protocol_violation")
+            .cloned()
+            .collect()
+    }
+}
+
+/// Runs the broker on one end of a socket pair: accept, then one turn if `turn`. Returns the
+/// client's end, the broker's thread and the flag its killer sets.
+fn serve(
+    world: &World,
+    turn: bool,
+) -> (
+    UnixStream,
+    thread::JoinHandle<Result<State, BrokerError>>,
+    Arc<AtomicBool>,
+) {
+    let (client, server) = UnixStream::pair().unwrap();
+    let killed = Arc::new(AtomicBool::new(false));
+    let k = killed.clone();
+    let audit = world.audit.clone();
+    let handle = thread::spawn(move || {
+        let kill = Box::new(move || k.store(true, Ordering::SeqCst));
+        let mut broker = Broker::accept(server, &start(), audit, kill)?;
+        if turn {
+            let mut tools = EchoTools(vec![]);
+            let cancel = AtomicBool::new(false);
+            broker.turn("go", &mut tools, &mut |_: &UiEvent| {}, &cancel)?;
+        }
+        Ok(broker.state())
+    });
+    (client, handle, killed)
+}
+
+fn send(client: &mut UnixStream, frame: &AgentFrame) {
+    client.write_all(&encode(frame).unwrap()).unwrap();
+}
+
+fn receive(client: &mut UnixStream) -> SupervisorFrame {
+    let body = read_frame(client).unwrap().unwrap();
+    decode(&body).unwrap()
+}
+
+fn hello() -> AgentFrame {
+    AgentFrame::Hello {
+        protocol: PROTOCOL_VERSION,
+    }
+}
+
+fn read_file(id: u64, path: &str) -> AgentFrame {
+    AgentFrame::Request {
+        id,
+        request: Request::ReadFile {
+            path: path.into(),
+            offset: None,
+            limit: None,
+        },
+    }
+}
+
+/// Opens the conversation: hello, start, and (for a turn) the prompt.
+fn open(client: &mut UnixStream, turn: bool) {
+    send(client, &hello());
+    assert!(matches!(receive(client), SupervisorFrame::Start(_)));
+    if turn {
+        assert!(matches!(
+            receive(client),
+            SupervisorFrame::UserPrompt { .. }
+        ));
+    }
+}
+
+/// The broker stopped with a violation naming `reason`, killed the agent and closed the
+/// channel.
+fn assert_violation(
+    name: &str,
+    mut client: UnixStream,
+    handle: thread::JoinHandle<Result<State, BrokerError>>,
+    killed: &AtomicBool,
+    reason: &str,
+) {
+    let result = handle.join().unwrap();
+    match result {
+        Err(BrokerError::Violation { reason: r, .. }) => {
+            assert!(r.contains(reason), "{name}: {r}")
+        }
+        other => panic!("{name}: expected a violation, got {other:?}"),
+    }
+    assert!(
+        killed.load(Ordering::SeqCst),
+        "{name}: the agent was not killed"
+    );
+    let mut rest = Vec::new();
+    // The socket is closed: whatever was in flight, then the end.
+    let _ = client.read_to_end(&mut rest);
+    let after = client.write_all(b"x");
+    assert!(after.is_err(), "{name}: the channel is still open");
+}
+
+/// What an evil client does to its end of the channel.
+type Attack = Box<dyn Fn(&mut UnixStream)>;
+
+#[test]
+fn every_protocol_violation_stops_the_agent_and_is_audited() {
+    let world = World::new();
+    let over = u32::try_from(MAX_FRAME_BYTES + 1).unwrap().to_be_bytes();
+    let cases: Vec<(&str, bool, Attack, &str)> = vec![
+        (
+            "a request before hello",
+            false,
+            Box::new(|c: &mut UnixStream| send(c, &read_file(1, "a"))),
+            "a request before hello",
+        ),
+        (
+            "a frame over the cap",
+            false,
+            Box::new(move |c: &mut UnixStream| c.write_all(&over).unwrap()),
+            "frame length 8388609 is outside",
+        ),
+        (
+            "a zero-length frame",
+            false,
+            Box::new(|c: &mut UnixStream| c.write_all(&[0, 0, 0, 0]).unwrap()),
+            "frame length 0 is outside",
+        ),
+        (
+            "a truncated frame",
+            false,
+            Box::new(|c: &mut UnixStream| {
+                c.write_all(&[0, 0, 0, 100]).unwrap();
+                c.write_all(b"{\"type\":").unwrap();
+                c.shutdown(std::net::Shutdown::Write).unwrap();
+            }),
+            "the connection ended inside a frame (8 of 100 bytes)",
+        ),
+        (
+            "invalid JSON",
+            false,
+            Box::new(|c: &mut UnixStream| {
+                let body = b"{\"type\":\"hello\",";
+                c.write_all(&u32::try_from(body.len()).unwrap().to_be_bytes())
+                    .unwrap();
+                c.write_all(body).unwrap();
+            }),
+            "malformed frame",
+        ),
+        (
+            "another protocol version",
+            false,
+            Box::new(|c: &mut UnixStream| send(c, &AgentFrame::Hello { protocol: 99 })),
+            "protocol 99, expected 1",
+        ),
+        (
+            "an unknown request",
+            true,
+            Box::new(|c: &mut UnixStream| {
+                open(c, true);
+                let body =
+                    br#"{"type":"request","id":1,"request":{"tool":"fetch_url","url":"http://x"}}"#;
+                c.write_all(&u32::try_from(body.len()).unwrap().to_be_bytes())
+                    .unwrap();
+                c.write_all(body).unwrap();
+            }),
+            "unknown variant `fetch_url`",
+        ),
+        (
+            "an unknown field",
+            true,
+            Box::new(|c: &mut UnixStream| {
+                open(c, true);
+                let body = br#"{"type":"request","id":1,"request":{"tool":"read_file","path":"a","as_root":true}}"#;
+                c.write_all(&u32::try_from(body.len()).unwrap().to_be_bytes())
+                    .unwrap();
+                c.write_all(body).unwrap();
+            }),
+            "unknown field `as_root`",
+        ),
+        (
+            "a second hello",
+            true,
+            Box::new(|c: &mut UnixStream| {
+                open(c, true);
+                send(c, &hello());
+            }),
+            "a second hello",
+        ),
+    ];
+    let mut expected = 0;
+    for (name, turn, attack, reason) in cases {
+        let (mut client, handle, killed) = serve(&world, turn);
+        attack(&mut client);
+        assert_violation(name, client, handle, &killed, reason);
+        expected += 1;
+    }
+    let recorded = world.close_and_verify();
+    assert_eq!(recorded.len(), expected, "{recorded:#?}");
+}
+
+/// A tool request while idle (after `start`, before any prompt) is a violation too: the
+/// broker serves an idle agent through `serve_idle`, and the same table applies.
+#[test]
+fn a_tool_request_outside_a_turn_is_a_violation() {
+    let world = World::new();
+    let (mut client, server) = UnixStream::pair().unwrap();
+    let killed = Arc::new(AtomicBool::new(false));
+    let k = killed.clone();
+    let audit = world.audit.clone();
+    let handle = thread::spawn(move || {
+        let kill = Box::new(move || k.store(true, Ordering::SeqCst));
+        let mut broker = Broker::accept(server, &start(), audit, kill)?;
+        let mut tools = EchoTools(vec![]);
+        broker.serve_idle(&mut tools, std::time::Duration::from_secs(20))?;
+        Ok(broker.state())
+    });
+    open(&mut client, false);
+    send(&mut client, &read_file(1, "a"));
+    let result = handle.join().unwrap();
+    match result {
+        Err(BrokerError::Violation { reason, state }) => {
+            assert_eq!(state, State::Idle);
+            assert_eq!(reason, "a tool request outside a turn");
+        }
+        other => panic!("expected a violation, got {other:?}"),
+    }
+    assert!(killed.load(Ordering::SeqCst));
+    assert_eq!(world.close_and_verify().len(), 1);
+}
+
+/// Negative control: a client that keeps the protocol gets its answers and ends its turn;
+/// nobody is killed and no violation is recorded.
+#[test]
+fn a_client_that_keeps_the_protocol_is_served_to_the_end() {
+    let world = World::new();
+    let (mut client, handle, killed) = serve(&world, true);
+    open(&mut client, true);
+    send(
+        &mut client,
+        &AgentFrame::Ui {
+            event: UiEvent::TextDelta { text: "hi".into() },
+        },
+    );
+    send(&mut client, &read_file(7, "src/main.rs"));
+    match receive(&mut client) {
+        SupervisorFrame::Answer { id: 7, answer } => {
+            assert!(matches!(answer, Answer::FileText { .. }), "{answer:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    send(
+        &mut client,
+        &AgentFrame::TurnEnd {
+            reason: StopReason::Done,
+            usage: Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+            },
+        },
+    );
+    assert_eq!(handle.join().unwrap().unwrap(), State::Idle);
+    assert!(!killed.load(Ordering::SeqCst));
+    assert!(world.close_and_verify().is_empty());
+}
+
+/// A frame that begins and never ends holds nothing: after the frame deadline it is a
+/// violation (a Ctrl-C would otherwise wait forever).
+#[test]
+fn a_frame_that_stalls_half_sent_is_a_violation() {
+    let world = World::new();
+    let (mut client, handle, killed) = serve(&world, false);
+    client.write_all(&[0, 0, 0, 50, b'{']).unwrap();
+    assert_violation(
+        "stall",
+        client,
+        handle,
+        &killed,
+        "a frame stalled half-sent",
+    );
+    assert_eq!(world.close_and_verify().len(), 1);
+}
