@@ -151,6 +151,13 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The confined agent (started by the supervisor, never by hand; see `crate::agent`).
+    #[command(hide = true, disable_help_flag = true)]
+    Agent {
+        /// Parsed by `crate::agent::main`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -335,6 +342,7 @@ pub fn main() -> i32 {
                 }
             }
         }
+        Cmd::Agent { args } => crate::agent::main(args),
         Cmd::Doctor { json } => {
             let r = crate::doctor::report();
             if json {

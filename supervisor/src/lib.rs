@@ -9,6 +9,8 @@
 //! - [`doctor`]: what this machine offers (executors, Landlock ABI, bwrap version, user
 //!   namespaces, overlayfs in a user namespace, seccomp);
 //! - [`cli`]: `garuda sandbox` and `garuda doctor`;
+//! - [`agent`]: the confined agent process — its spawner, and `garuda agent`'s own
+//!   confinement and self-check;
 //! - `sys`: the only module of the workspace with `unsafe` code, every block with a
 //!   `// SAFETY:` note.
 //!
@@ -17,6 +19,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod agent;
 pub mod audit_cmd;
 pub mod cli;
 pub mod doctor;

@@ -458,7 +458,7 @@ fn cap_last_cap() -> u32 {
         .unwrap_or(40)
 }
 
-fn stage_name(code: u32, mount_names: &[String]) -> String {
+pub(crate) fn stage_name(code: u32, mount_names: &[String]) -> String {
     const NAMES: [(Stage, &str); 28] = [
         (
             Stage::LandlockRule,
@@ -655,6 +655,8 @@ impl Executor for LandlockExecutor {
             report_fd: report_write.as_raw_fd(),
             bridge: bridge_plan,
             reaper_exe: reaper_exe.as_raw_fd(),
+            pid1_mounts: Vec::new(),
+            pass_fd: None,
         };
         let start = Instant::now();
         let pid = sys::spawn_native(&plan).map_err(setup_err("fork"))?;
