@@ -177,6 +177,23 @@ mod tests {
         }
     }
 
+    /// `docs/agent-confinement.md` lists exactly the rows of the table.
+    #[test]
+    fn table_and_doc_agree() {
+        let doc = include_str!("../../../docs/agent-confinement.md");
+        let section = doc
+            .split("## The seccomp table")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .unwrap();
+        let documented: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+            .collect();
+        let table: Vec<&str> = AGENT_DENIED.iter().map(|d| d.name).collect();
+        assert_eq!(documented, table);
+    }
+
     /// The issue's minimum, by name.
     #[test]
     fn issue_minimum_is_listed() {
