@@ -278,6 +278,13 @@ pub fn wait_exited(pid: libc::pid_t, timeout: Option<Duration>) -> io::Result<bo
     }
 }
 
+/// Reap `pid` (a child of this process), waiting for it to exit. Unlike [`wait_pid`] it leaves
+/// the signal forwarding of [`forward_signals_to`] alone: the agent's sandbox ends while a
+/// command may still be registered there.
+pub fn reap_child(pid: libc::pid_t) -> io::Result<RawExit> {
+    reap(pid)
+}
+
 fn reap(pid: libc::pid_t) -> io::Result<RawExit> {
     let mut status = 0;
     loop {

@@ -183,7 +183,7 @@ impl AgentProcess {
     }
 
     fn wait_inner(&mut self) -> io::Result<AgentExit> {
-        let raw = sys::wait_pid(self.pid, None);
+        let raw = sys::reap_child(self.pid);
         self.reaped = true;
         drop(self.bridge.take());
         let raw = raw?;
@@ -198,10 +198,8 @@ impl AgentProcess {
             });
         }
         Ok(match raw {
-            Some(sys::RawExit::Code(c)) => AgentExit::Code(c),
-            Some(sys::RawExit::Signal(s)) => AgentExit::Signal(s),
-            // No timeout was given.
-            None => AgentExit::Signal(libc::SIGKILL),
+            sys::RawExit::Code(c) => AgentExit::Code(c),
+            sys::RawExit::Signal(s) => AgentExit::Signal(s),
         })
     }
 }

@@ -459,7 +459,12 @@ fn cap_last_cap() -> u32 {
 }
 
 pub(crate) fn stage_name(code: u32, mount_names: &[String]) -> String {
-    const NAMES: [(Stage, &str); 28] = [
+    const NAMES: [(Stage, &str); 30] = [
+        (
+            Stage::Pid1Mount,
+            "PID 1: a mount step after /proc (the agent's view)",
+        ),
+        (Stage::PassFd, "place the agent's channel at descriptor 3"),
         (
             Stage::LandlockRule,
             "landlock_add_rule for the private /tmp or /dev",
