@@ -178,6 +178,13 @@ enum Cmd {
         outside: PathBuf,
         port: u16,
     },
+    /// The confined agent (started by the supervisor, never by hand; see `crate::agent`).
+    #[command(hide = true, disable_help_flag = true)]
+    Agent {
+        /// Parsed by `crate::agent::main`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -421,6 +428,7 @@ pub fn main() -> i32 {
             outside,
             port,
         } => crate::demo::probe(&secret, &inside, &outside, port),
+        Cmd::Agent { args } => crate::agent::main(args),
         Cmd::Doctor { json } => {
             let r = crate::doctor::report();
             if json {

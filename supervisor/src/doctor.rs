@@ -152,6 +152,12 @@ pub fn report() -> Report {
         check("staging backend (auto)", staging_backend()),
         check("seccomp", seccomp_filter()),
         check("pid_max per namespace", pid_max_namespaced()),
+        check(
+            "agent confinement",
+            crate::agent::availability().map_err(|why| {
+                format!("the agent cannot be confined here ({why}); it will not be started")
+            }),
+        ),
     ];
     Report {
         executors,

@@ -10,6 +10,8 @@
 //!   namespaces, overlayfs in a user namespace, seccomp);
 //! - [`cli`]: `garuda sandbox` and `garuda doctor`;
 //! - [`demo`]: `garuda demo`, the sandbox at work on a throwaway project;
+//! - [`agent`]: the confined agent process — its spawner, and `garuda agent`'s own
+//!   confinement and self-check;
 //! - `sys`: the only module of the workspace with `unsafe` code, every block with a
 //!   `// SAFETY:` note.
 //!
@@ -18,6 +20,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod agent;
 pub mod audit_cmd;
 pub mod broker;
 pub mod cli;

@@ -278,6 +278,13 @@ pub fn wait_exited(pid: libc::pid_t, timeout: Option<Duration>) -> io::Result<bo
     }
 }
 
+/// Reap `pid` (a child of this process), waiting for it to exit. Unlike [`wait_pid`] it leaves
+/// the signal forwarding of [`forward_signals_to`] alone: the agent's sandbox ends while a
+/// command may still be registered there.
+pub fn reap_child(pid: libc::pid_t) -> io::Result<RawExit> {
+    reap(pid)
+}
+
 fn reap(pid: libc::pid_t) -> io::Result<RawExit> {
     let mut status = 0;
     loop {
@@ -674,6 +681,13 @@ pub enum MountStep {
         /// Path.
         path: CString,
     },
+    /// Make `new_root` (a mount point) the root of the mount namespace and detach the old
+    /// root entirely (`pivot_root(".", ".")`, then `umount2(".", MNT_DETACH)`): nothing of the
+    /// host's tree stays reachable by path. Used by the confined agent's view.
+    PivotRoot {
+        /// The new root.
+        new_root: CString,
+    },
 }
 
 /// Everything the native executor's child needs, prepared by the parent before `fork`.
@@ -726,7 +740,18 @@ pub struct NativePlan {
     /// The supervisor's own executable (`O_PATH`, close-on-exec, see [`open_own_executable`]):
     /// PID 1 executes it as the reaper ([`REAPER_ARGV0`]) once its setup is done.
     pub reaper_exe: RawFd,
+    /// Mount steps PID 1 runs after it has mounted the new `/proc` and before it forks the
+    /// command (steps that need that `/proc`, like binding it into a new root before a
+    /// [`MountStep::PivotRoot`]). Empty for the executors.
+    pub pid1_mounts: Vec<MountStep>,
+    /// A descriptor the command gets at [`CHANNEL_FD`] (not close-on-exec), placed there
+    /// right before `execve`: the confined agent's end of its socket pair. `None` for the
+    /// executors.
+    pub pass_fd: Option<RawFd>,
 }
+
+/// The descriptor number at which [`NativePlan::pass_fd`] reaches the command.
+pub const CHANNEL_FD: RawFd = 3;
 
 /// `argv[0]` under which the landlock executor's PID 1 executes the supervisor's binary to
 /// become the reaper: `[REAPER_ARGV0, command pid, report fd]`, with an empty environment.
@@ -836,6 +861,10 @@ pub enum Stage {
     Pid1Exec = 27,
     /// Marking every descriptor above stdio close-on-exec before `execve`.
     CloseOnExec = 28,
+    /// PID 1: one of [`NativePlan::pid1_mounts`].
+    Pid1Mount = 29,
+    /// Placing [`NativePlan::pass_fd`] at [`CHANNEL_FD`].
+    PassFd = 30,
     /// Mount step N is reported as `MOUNT_BASE + N`.
     MountBase = 1000,
 }
@@ -1112,6 +1141,13 @@ fn init_main(plan: &NativePlan) -> ! {
         report(rep, Stage::PidMax as u32, e);
         // SAFETY: ends the child.
         unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
+    for step in &plan.pid1_mounts {
+        if let Err(e) = run_mount_step(step) {
+            report(rep, Stage::Pid1Mount as u32, e);
+            // SAFETY: ends the child.
+            unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+        }
     }
     // The command waits for the end of this pipe before it executes its program. PID 1's
     // write end is close-on-exec: it closes when PID 1 has executed the reaper (or has died),
@@ -1507,6 +1543,17 @@ fn command_main(plan: &NativePlan, sync: RawFd) -> ! {
             fail(rep, Stage::Pid1Sync as u32);
         }
     }
+    let rep = match plan.pass_fd {
+        None => rep,
+        Some(fd) => match place_channel(fd, rep) {
+            Ok(rep) => rep,
+            Err(e) => {
+                report(rep, Stage::PassFd as u32, e);
+                // SAFETY: ends the child.
+                unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+            }
+        },
+    };
     // SAFETY: program, argv and envp are NUL-terminated strings and NULL-terminated pointer
     // arrays owned by the plan.
     unsafe {
@@ -1521,6 +1568,32 @@ fn command_main(plan: &NativePlan, sync: RawFd) -> ! {
     let code = if e == libc::ENOENT { 127 } else { 126 };
     // SAFETY: ends the child.
     unsafe { libc::_exit(code) }
+}
+
+/// Puts `fd` at [`CHANNEL_FD`], not close-on-exec, as the last step before `execve` (every
+/// other descriptor is close-on-exec by then). The report pipe `rep` is moved first if it sits
+/// at that number, so a failed `execve` is still reported on the pipe, never on the channel.
+/// Returns where the report pipe is now. Async-signal-safe.
+fn place_channel(fd: RawFd, rep: RawFd) -> Result<RawFd, i32> {
+    let mut rep = rep;
+    if rep == CHANNEL_FD {
+        // SAFETY: fcntl with integer arguments; the copy is close-on-exec like the original.
+        rep = unsafe { libc::fcntl(rep, libc::F_DUPFD_CLOEXEC, CHANNEL_FD + 1) };
+        if rep < 0 {
+            return Err(errno());
+        }
+    }
+    let placed = if fd == CHANNEL_FD {
+        // SAFETY: fcntl with integer arguments: clear close-on-exec.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }
+    } else {
+        // SAFETY: dup2 on integer descriptors; the copy is not close-on-exec.
+        unsafe { libc::dup2(fd, CHANNEL_FD) }
+    };
+    if placed < 0 {
+        return Err(errno());
+    }
+    Ok(rep)
 }
 
 /// Opens `path` with `O_PATH` (close-on-exec) and places the handle at descriptor `fd`, for a
@@ -1734,6 +1807,20 @@ fn run_mount_step(step: &MountStep) -> Result<(), i32> {
             // SAFETY: valid C string.
             unsafe { libc::unlink(path.as_ptr()) },
         ),
+        MountStep::PivotRoot { new_root } => {
+            // SAFETY: valid C string.
+            check(unsafe { libc::chdir(new_root.as_ptr()) })?;
+            // Stacking the old root under the new one and detaching it needs no directory
+            // for the old root inside the view (see pivot_root(2), "pivot_root(\".\", \".\")").
+            // SAFETY: constant C strings.
+            let pivoted =
+                unsafe { libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) };
+            check(pivoted as libc::c_int)?;
+            // SAFETY: constant C string and flag.
+            check(unsafe { libc::umount2(c".".as_ptr(), libc::MNT_DETACH) })?;
+            // SAFETY: constant C string.
+            check(unsafe { libc::chdir(c"/".as_ptr()) })
+        }
     }
 }
 
@@ -2225,4 +2312,179 @@ pub fn bwrap_pre_exec(
 pub fn own_process_group(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     cmd.process_group(0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The confined agent (`crate::agent`): the calls `garuda agent` makes on itself to confine and
+// check itself, and the probes of its tests. Ordinary code (no fork): the agent is
+// single-threaded when it makes them.
+
+/// `PR_SET_DUMPABLE`: with `false`, no process of the user (not even one with the same uid)
+/// can ptrace this one or read its memory through `/proc/PID/mem`, and it leaves no core dump.
+pub fn set_dumpable(dumpable: bool) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    cvt(unsafe {
+        libc::prctl(
+            libc::PR_SET_DUMPABLE,
+            libc::c_ulong::from(dumpable),
+            0,
+            0,
+            0,
+        )
+    } as libc::c_long)
+    .map(drop)
+}
+
+/// `PR_GET_DUMPABLE`.
+pub fn is_dumpable() -> io::Result<bool> {
+    // SAFETY: prctl with integer arguments.
+    let r = cvt(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) } as libc::c_long)?;
+    Ok(r != 0)
+}
+
+/// `PR_SET_NO_NEW_PRIVS`: no `execve` can grant privileges again (set-user-ID, file
+/// capabilities), and seccomp filters can be installed without a capability.
+pub fn set_no_new_privs() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } as libc::c_long).map(drop)
+}
+
+/// Clear every capability set of this thread: the bounding set (each capability still in it,
+/// up to `cap_last_cap`), the ambient set, then inheritable, permitted and effective; and lock
+/// the securebits so that uid 0 never regains capabilities. Steps that are already done are
+/// skipped, so it succeeds in a process whose parent already dropped everything.
+///
+/// Dropping a bounding capability and setting securebits need `CAP_SETPCAP`. A process that
+/// lacks it (an ordinary user's process outside a user namespace of its own) cannot do either;
+/// that `EPERM` is not an error here: the bounding set then stays visibly non-empty in
+/// `/proc/self/status` (`CapBnd`), which the agent's self-check refuses.
+pub fn clear_capabilities(cap_last_cap: u32) -> io::Result<()> {
+    let tolerated = |r: libc::c_int| -> io::Result<()> {
+        match cvt(r as libc::c_long) {
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
+            other => other.map(drop),
+        }
+    };
+    for cap in 0..=cap_last_cap {
+        // SAFETY: prctl with integer arguments.
+        let present = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) };
+        if present == 1 {
+            // SAFETY: prctl with integer arguments.
+            tolerated(unsafe {
+                libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0)
+            })?;
+        }
+    }
+    // SAFETY: prctl with integer arguments.
+    let bits = cvt(unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) } as libc::c_long)?;
+    if (bits as libc::c_ulong) & SECURE_BITS_LOCKED_DOWN != SECURE_BITS_LOCKED_DOWN {
+        // SAFETY: prctl with integer arguments.
+        tolerated(unsafe {
+            libc::prctl(libc::PR_SET_SECUREBITS, SECURE_BITS_LOCKED_DOWN, 0, 0, 0)
+        })?;
+    }
+    // SAFETY: prctl with integer arguments.
+    cvt(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    } as libc::c_long)?;
+    let header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: header and a two-element data array, as capset(2) version 3 requires.
+    cvt(unsafe { libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) })
+        .map(drop)
+}
+
+/// `execveat(AT_FDCWD, "", [], [], AT_EMPTY_PATH)`: asks to execute the working directory,
+/// which can never succeed (a directory is not executable: `EACCES`). The agent's self-check
+/// expects `EPERM`, the seccomp filter's answer, which comes before the kernel looks at the
+/// file at all. Returns the error.
+pub fn execveat_cwd() -> io::Error {
+    let argv = [std::ptr::null::<libc::c_char>()];
+    let envp = [std::ptr::null::<libc::c_char>()];
+    // SAFETY: an empty path and NULL-terminated, empty argv and envp arrays on the stack.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            libc::AT_FDCWD,
+            c"".as_ptr(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if r == 0 {
+        // Unreachable: a successful execveat does not return.
+        return io::Error::other("execveat returned 0");
+    }
+    io::Error::last_os_error()
+}
+
+/// `ptrace(PTRACE_ATTACH, pid)`; on success waits for the attach stop and detaches again
+/// (suppressing the `SIGSTOP`), so the target goes on as before. A probe of the agent's tests.
+pub fn ptrace_attach_detach(pid: libc::pid_t) -> io::Result<()> {
+    let null = std::ptr::null_mut::<libc::c_void>();
+    // SAFETY: PTRACE_ATTACH takes a pid; address and data are ignored.
+    cvt(unsafe { libc::ptrace(libc::PTRACE_ATTACH, pid, null, null) })?;
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid int for waitpid to fill; __WALL waits for a tracee that is
+        // not our child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+        if r == pid || errno() != libc::EINTR {
+            break;
+        }
+    }
+    // SAFETY: PTRACE_DETACH with signal 0: the tracee resumes and the SIGSTOP is dropped.
+    cvt(unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, null, null) }).map(drop)
+}
+
+/// Takes ownership of [`CHANNEL_FD`], where the spawner put the agent's end of its socket
+/// pair, after checking that the descriptor is open and is a socket (anything else means the
+/// process was not started by the spawner). Call it once.
+pub fn take_channel_fd() -> io::Result<OwnedFd> {
+    static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Err(io::Error::other(format!(
+            "descriptor {CHANNEL_FD} was already taken"
+        )));
+    }
+    // SAFETY: `stat` is plain integers; all-zero is a valid value for fstat to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on an integer descriptor with a valid buffer.
+    cvt(unsafe { libc::fstat(CHANNEL_FD, &mut st) } as libc::c_long)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(io::Error::other(format!(
+            "descriptor {CHANNEL_FD} is not a socket"
+        )));
+    }
+    // SAFETY: fcntl with integer arguments; keeps the channel from reaching anything executed
+    // (nothing is: execve is refused once confined).
+    cvt(unsafe { libc::fcntl(CHANNEL_FD, libc::F_SETFD, libc::FD_CLOEXEC) } as libc::c_long)?;
+    // SAFETY: the descriptor is open (fstat succeeded), and this function is the only place
+    // that claims it, once per process (`TAKEN`).
+    Ok(unsafe { OwnedFd::from_raw_fd(CHANNEL_FD) })
+}
+
+/// A close-on-exec copy of `fd` at the lowest free number not below `min`
+/// (`F_DUPFD_CLOEXEC`): the spawner keeps the binary's handle off [`CHANNEL_FD`], which the
+/// channel takes right before `execve` executes that handle.
+pub fn dup_at_least(fd: &OwnedFd, min: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: fcntl with integer arguments.
+    let new =
+        cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) } as libc::c_long)?;
+    // SAFETY: fcntl returned a fresh descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(new as RawFd) })
 }

@@ -78,6 +78,9 @@ const CRATES: [Crate; 7] = [
             "garuda-policy",
             "garuda-audit",
             "garuda-staging",
+            // `garuda agent` hands its channel to the agent crate once confined; the other
+            // direction stays forbidden.
+            "garuda-agent",
         ],
     },
 ];

@@ -459,8 +459,13 @@ fn cap_last_cap() -> u32 {
         .unwrap_or(40)
 }
 
-fn stage_name(code: u32, mount_names: &[String]) -> String {
-    const NAMES: [(Stage, &str); 28] = [
+pub(crate) fn stage_name(code: u32, mount_names: &[String]) -> String {
+    const NAMES: [(Stage, &str); 30] = [
+        (
+            Stage::Pid1Mount,
+            "PID 1: a mount step after /proc (the agent's view)",
+        ),
+        (Stage::PassFd, "place the agent's channel at descriptor 3"),
         (
             Stage::LandlockRule,
             "landlock_add_rule for the private /tmp or /dev",
@@ -668,6 +673,8 @@ impl Executor for LandlockExecutor {
             bridge: bridge_plan,
             dns: dns_plan,
             reaper_exe: reaper_exe.as_raw_fd(),
+            pid1_mounts: Vec::new(),
+            pass_fd: None,
         };
         let start = Instant::now();
         let pid = sys::spawn_native(&plan).map_err(setup_err("fork"))?;

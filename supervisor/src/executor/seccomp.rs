@@ -355,8 +355,15 @@ fn prologue() -> Vec<sock_filter> {
 
 /// Build the complete BPF program.
 pub fn program() -> Result<BpfProgram, FilterError> {
+    program_for(DENIED)
+}
+
+/// The program for another table of the same shape: the prologue (x32 refused, `clone3`
+/// answered `ENOSYS`), the architecture check, `EPERM` for each entry. The confined agent's
+/// table (`crate::agent::seccomp`) is built with it.
+pub fn program_for(table: &[Denied]) -> Result<BpfProgram, FilterError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for d in DENIED {
+    for d in table {
         let mut r = rules_for(d.when)?;
         let entry = rules.entry(d.nr).or_default();
         if !entry.is_empty() && r.is_empty() {
@@ -393,7 +400,7 @@ pub fn program_bytes(program: &BpfProgram) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -406,13 +413,13 @@ mod tests {
         assert_eq!(program_bytes(&p).len(), p.len() * 8);
     }
 
-    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    pub(crate) const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
     const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
     const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
     const AUDIT_ARCH_AARCH64: u32 = 183 | 0x8000_0000 | 0x4000_0000;
     const AUDIT_ARCH_I386: u32 = 3 | 0x4000_0000;
 
-    fn native_arch() -> u32 {
+    pub(crate) fn native_arch() -> u32 {
         if cfg!(target_arch = "x86_64") {
             AUDIT_ARCH_X86_64
         } else {
@@ -423,7 +430,7 @@ mod tests {
     /// Runs the program as the kernel would on one `struct seccomp_data` and returns the
     /// action. A classic-BPF interpreter for exactly the instructions the program uses (loads
     /// of the data, AND, the conditional jumps, return); any other instruction fails the test.
-    fn run(program: &[sock_filter], nr: i64, arch: u32, args: [u64; 6]) -> u32 {
+    pub(crate) fn run(program: &[sock_filter], nr: i64, arch: u32, args: [u64; 6]) -> u32 {
         let mut data = [0u8; 64];
         data[0..4].copy_from_slice(&(nr as i32).to_ne_bytes());
         data[4..8].copy_from_slice(&arch.to_ne_bytes());
@@ -454,7 +461,7 @@ mod tests {
         }
     }
 
-    fn errno(e: i32) -> u32 {
+    pub(crate) fn errno(e: i32) -> u32 {
         SECCOMP_RET_ERRNO | e as u32
     }
 
