@@ -119,6 +119,9 @@ impl World {
             .chain(extra)
             .map(OsString::from)
             .collect();
+        // Named, so that the project (no git in it) gets no "no .git" notice on stderr.
+        args.push("--project".into());
+        args.push(self.project.clone().into());
         args.push("--".into());
         args.push(PROBE.into());
         args.extend(probe.iter().map(|a| a.as_ref().to_os_string()));
