@@ -226,28 +226,10 @@ pub(crate) fn in_git_dir(rel: &str) -> bool {
 ///
 /// A component counts when some filesystem a project can live on may open `.garuda` by it
 /// (case, invisible characters, trailing dots and spaces, a vfat short name), so `.GARUDA/settings.json` on a case-insensitive folder is no
-/// way around the question.
+/// way around the question. The names are [`garuda_policy::names_garuda_folder`]'s, the
+/// permission engine's own.
 pub fn is_garuda_settings_path(rel: &str) -> bool {
-    rel.split('/').any(names_garuda_settings)
-}
-
-/// True when `name` may name `.garuda` itself on some filesystem: ASCII case ignored (vfat,
-/// exFAT, NTFS, ext4 and f2fs folders with casefolding), invisible characters ignored (older
-/// kernels' casefolded lookups skip the default-ignorable ones, so `.gar<U+200D>uda` opened
-/// `.garuda`), trailing dots and spaces ignored (vfat and NTFS drop them), and vfat's short
-/// name for it (`GARUDA~1`). A false match only asks one question more.
-fn names_garuda_settings(name: &str) -> bool {
-    let seen: String = name
-        .chars()
-        .filter(|c| !garuda_text::is_hidden(*c))
-        .collect();
-    let name = seen.trim_end_matches(['.', ' ']);
-    let short_name = name
-        .get(..7)
-        .is_some_and(|stem| stem.eq_ignore_ascii_case("garuda~"))
-        && name.len() > 7
-        && name.bytes().skip(7).all(|b| b.is_ascii_digit());
-    name.eq_ignore_ascii_case(".garuda") || short_name
+    rel.split('/').any(garuda_policy::names_garuda_folder)
 }
 
 fn sha256_repo(config: &str) -> bool {
