@@ -9,6 +9,8 @@
 //! - [`doctor`]: what this machine offers (executors, Landlock ABI, bwrap version, user
 //!   namespaces, overlayfs in a user namespace, seccomp);
 //! - [`cli`]: `garuda sandbox` and `garuda doctor`;
+//! - [`broker`]: the supervisor's side of the agent's API: the file tools, which resolve every
+//!   path beneath the held project root and ask the permission engine before they touch it;
 //! - `sys`: the only module of the workspace with `unsafe` code, every block with a
 //!   `// SAFETY:` note.
 //!
@@ -18,6 +20,7 @@
 #![deny(missing_docs)]
 
 pub mod audit_cmd;
+pub mod broker;
 pub mod cli;
 pub mod doctor;
 pub mod executor;
