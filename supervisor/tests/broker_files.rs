@@ -758,6 +758,47 @@ fn glob_and_grep_never_list_secrets_or_git() {
     assert_eq!(paths, [".env", "src/main.rs", "sub/.env"]);
 }
 
+#[test]
+fn a_file_under_an_ask_rule_is_read_only_after_a_yes() {
+    let mut w = world_with(r#"{"permissions": {"ask": ["Read(private/**)"]}}"#);
+    std::fs::create_dir_all(w.p("private")).unwrap();
+    std::fs::write(w.p("private/x.txt"), "TOKEN private\n").unwrap();
+    std::fs::write(w.p("src/b.rs"), "TOKEN public\n").unwrap();
+    let outcome = w.ask(grep("TOKEN", Some("private/x.txt")), false);
+    assert_eq!(
+        outcome.answer,
+        err(
+            ErrorCode::Rejected,
+            "the user did not allow grep on private/x.txt"
+        )
+    );
+    assert_eq!(outcome.decision.unwrap().step, Step::AskRule);
+    assert_eq!(
+        w.ask(read("private/x.txt"), false).answer,
+        err(
+            ErrorCode::Rejected,
+            "the user did not allow read_file on private/x.txt"
+        )
+    );
+    // A search of the whole project does not read it (that would skip the question), but
+    // glob lists its name.
+    let Answer::Matches { matches, .. } = w.go(grep("TOKEN", None)) else {
+        panic!()
+    };
+    let paths: Vec<&str> = matches.iter().map(|m| m.path.as_str()).collect();
+    assert_eq!(paths, ["src/b.rs"]);
+    let Answer::Paths { paths, .. } = w.go(glob("private/*", None)) else {
+        panic!()
+    };
+    assert_eq!(paths, ["private/x.txt"]);
+    // Control: after a yes, the file named is read.
+    let Answer::Matches { matches, .. } = w.go(grep("TOKEN", Some("private/x.txt"))) else {
+        panic!()
+    };
+    assert_eq!(matches.len(), 1);
+    assert_eq!(text_of(&w.go(read("private/x.txt"))), "TOKEN private\n");
+}
+
 // ---------------------------------------------------------------------------------------
 // Writes and edits
 // ---------------------------------------------------------------------------------------

@@ -488,7 +488,7 @@ impl FileTools {
         if decision.verdict == Verdict::Deny {
             return denied(decision, path, &resolved);
         }
-        if let Some(refusal) = self.unwritable(path, &pp, parent.existing.as_ref()) {
+        if let Some(refusal) = self.unwritable(path, &pp, &parent) {
             return Prepared::Refused(Outcome {
                 answer: refusal,
                 decision: Some(decision),
@@ -542,10 +542,11 @@ impl FileTools {
 
     /// Why the file at `path` cannot be written in place: a link (never written through), a
     /// folder, or something else than a regular file.
-    fn unwritable(&self, path: &str, pp: &ProjectPath, existing: Option<&Meta>) -> Option<Answer> {
-        let meta = existing?;
+    fn unwritable(&self, path: &str, pp: &ProjectPath, parent: &Parent) -> Option<Answer> {
+        let meta = parent.existing.as_ref()?;
         if meta.is_link() {
-            let (target, inside) = self.root.link_target(pp);
+            let target = resolve::link_target(parent.dir.as_fd(), &parent.name);
+            let inside = self.root.lookup(pp).is_ok();
             return Some(if inside {
                 error(
                     ErrorCode::InvalidArgument,

@@ -445,16 +445,13 @@ impl ProjectRoot {
         }
         Ok(File::from(fd))
     }
+}
 
-    /// The target a link in the project holds, as text (for messages), and whether following it
-    /// stays in the project.
-    pub fn link_target(&self, path: &ProjectPath) -> (String, bool) {
-        let target = rustix::fs::readlinkat(self.fd(), path.as_str(), Vec::new())
-            .map(|t: CString| t.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let inside = self.lookup(path).is_ok();
-        (target, inside)
-    }
+/// The target the link `name` in the held folder `dir` holds, as text (for messages).
+pub fn link_target(dir: BorrowedFd<'_>, name: &str) -> String {
+    rustix::fs::readlinkat(dir, name, Vec::new())
+        .map(|t: CString| t.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// Opens a file (a plain name) in `dir` for reading, refusing a link, without blocking on a

@@ -163,7 +163,8 @@ pub(crate) fn run(
         };
         walk(root, engine, ctx, search, &root_path, &mut out);
     } else {
-        // One file named explicitly: searched even when ignored, as `rg FILE` does.
+        // One file named explicitly: searched even when ignored, as `rg FILE` does, and
+        // when the user allowed it on a question.
         consider(root, engine, ctx, search, &search.base, "", &mut out);
     }
     match search.kind {
@@ -301,7 +302,14 @@ fn consider(
                     return true;
                 }
             }
-            let Some(found) = verified(root, engine, ctx, Tool::Grep, rel, Verdict::Allow) else {
+            // The file the request named was decided (and asked about) already; a file the
+            // walk found is read only when the engine allows it without a question.
+            let least = if below.is_empty() {
+                Verdict::Ask
+            } else {
+                Verdict::Allow
+            };
+            let Some(found) = verified(root, engine, ctx, Tool::Grep, rel, least) else {
                 return true;
             };
             grep_file(root, regex, rel, &found, out)
