@@ -9,7 +9,7 @@
 //! | # | step | verdict |
 //! |---|---|---|
 //! | 1 | a sensitive path (a secret of [`crate::HOME_SECRETS`], a machine secret, Garuda's own home, `sandbox.unreadable`, a `.env` file) that no allow rule *names* | deny |
-//! | 2 | a write into a `.git` folder (a file tool, or a redirection of a command) | deny |
+//! | 2 | a write into a `.git` folder, or into a `.garuda` folder (project settings; any spelling that may open one, see [`crate::names_garuda_folder`]) below the project root (a file tool, or a redirection of a command) | deny |
 //! | 3 | a deny rule matches (for a command line: any of its simple commands, or a write target against the file rules) | deny |
 //! | 4 | `outside_sandbox` under the strict profile; a command where a sandbox is required and none is available | deny |
 //! | 5 | plan mode and the tool is not read-only: a sandboxed command (run with the project read-only) or a `web_fetch` / MCP call an allow rule names is allowed, everything else denied — plan mode never asks | allow / deny |
@@ -151,6 +151,8 @@ pub enum Step {
     SensitivePath,
     /// 2: a write into `.git`.
     GitWrite,
+    /// 2: a write into a `.garuda` folder of the project.
+    GarudaWrite,
     /// 3: a deny rule.
     DenyRule,
     /// 4: `outside_sandbox` under strict.
@@ -178,6 +180,7 @@ impl fmt::Display for Step {
         f.write_str(match self {
             Step::SensitivePath => "sensitive path",
             Step::GitWrite => "write into .git",
+            Step::GarudaWrite => "write into .garuda",
             Step::DenyRule => "deny rule",
             Step::StrictOutsideSandbox => "strict profile: no outside_sandbox",
             Step::SandboxRequired => "OS sandbox required",
@@ -610,6 +613,14 @@ impl<'a> Engine<'a> {
                 format!("{shown} is inside a .git folder"),
             );
         }
+        if writes && places.iter().any(|p| self.in_garuda_dir(p)) {
+            return Decision::new(
+                Verdict::Deny,
+                Step::GarudaWrite,
+                vec![garuda_cause()],
+                format!("{shown} is inside a .garuda folder"),
+            );
+        }
         if let Some(cause) = self.path_rule(RuleList::Deny, tool, &places) {
             return Decision::new(
                 Verdict::Deny,
@@ -646,6 +657,18 @@ impl<'a> Engine<'a> {
                 format!("no allow rule covers {shown}"),
             ),
         }
+    }
+
+    /// True when a component of `path` below the project root may name a `.garuda` folder:
+    /// the project's settings, which only the user changes (commands see the folder
+    /// read-only). Components of the root itself do not count, so a project kept under a
+    /// folder of that name is still writable; a path outside the project is judged whole.
+    fn in_garuda_dir(&self, path: &Path) -> bool {
+        let below = path.strip_prefix(&self.project_root).unwrap_or(path);
+        below.components().any(|c| match c {
+            Component::Normal(n) => crate::names_garuda_folder(&n.to_string_lossy()),
+            _ => false,
+        })
     }
 
     fn ask_rule(&self, cause: Cause, ctx: &Context, what: &str) -> Decision {
@@ -729,6 +752,14 @@ impl<'a> Engine<'a> {
                         Step::GitWrite,
                         vec![Cause::builtin(".git/ (hooks and config run on the host)")],
                         format!("the command writes {target}, inside a .git folder"),
+                    );
+                }
+                if places.iter().any(|p| self.in_garuda_dir(p)) {
+                    return Decision::new(
+                        Verdict::Deny,
+                        Step::GarudaWrite,
+                        vec![garuda_cause()],
+                        format!("the command writes {target}, inside a .garuda folder"),
                     );
                 }
             }
@@ -1216,6 +1247,10 @@ fn is_assignment(word: &str) -> bool {
                 .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
             && !name.starts_with(|ch: char| ch.is_ascii_digit())
     })
+}
+
+fn garuda_cause() -> Cause {
+    Cause::builtin(".garuda/ (project settings: changed only by the user)")
 }
 
 fn session_cause(rule: &Rule) -> Cause {

@@ -41,7 +41,7 @@
 //! # The permission engine
 //!
 //! [`engine`] decides one request in the source design's order: sensitive path, write into
-//! `.git`, deny rule, sandbox requirement, plan mode, ask rule, read-only tool, sandboxed
+//! `.git` or `.garuda`, deny rule, sandbox requirement, plan mode, ask rule, read-only tool, sandboxed
 //! command, allow or session rule, otherwise ask. Command lines are split by [`command::split`]
 //! on a real shell parser; rules are [`rule::Rule`].
 //!
@@ -118,7 +118,9 @@ pub use error::PolicyError;
 pub use exec::{ExecPolicy, Limits, NetworkMode, StagedView};
 pub use host::HostEnv;
 pub use rule::{Rule, RuleError};
-pub use sensitive::{is_env_file_name, HomeEntry, HOME_SECRETS, PACKAGE_CACHES};
+pub use sensitive::{
+    is_env_file_name, names_garuda_folder, HomeEntry, HOME_SECRETS, PACKAGE_CACHES,
+};
 pub use settings::{
     exercise_policy, load_policy, load_policy_from, load_settings, load_settings_from, merge_texts,
     CommandMode, Dropped, EffectiveSettings, ExecutorChoice, Flags, Origin, Profile, RuleList,

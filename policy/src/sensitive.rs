@@ -104,6 +104,28 @@ pub fn is_env_file_name(name: &OsStr) -> bool {
     bytes == b".env" || bytes.starts_with(b".env.")
 }
 
+/// True when `name` may name a `.garuda` folder on some filesystem a project can live on:
+/// ASCII case ignored (vfat, exFAT, NTFS, ext4 and f2fs folders with casefolding), invisible
+/// characters ignored (older kernels' casefolded lookups skip the default-ignorable ones, so
+/// `.gar<U+200D>uda` opened `.garuda`), trailing dots and spaces ignored (vfat and NTFS drop
+/// them), and vfat's short name for it (`GARUDA~1`). A `.garuda` folder holds Garuda's
+/// project settings (and, later, hooks and commands that run on the host): the permission
+/// engine denies writes into one, and staging applies a change there only after a question
+/// of its own. A false match only refuses (or asks) once more.
+pub fn names_garuda_folder(name: &str) -> bool {
+    let seen: String = name
+        .chars()
+        .filter(|c| !garuda_text::is_hidden(*c))
+        .collect();
+    let name = seen.trim_end_matches(['.', ' ']);
+    let short_name = name
+        .get(..7)
+        .is_some_and(|stem| stem.eq_ignore_ascii_case("garuda~"))
+        && name.len() > 7
+        && name.bytes().skip(7).all(|b| b.is_ascii_digit());
+    name.eq_ignore_ascii_case(".garuda") || short_name
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -227,19 +227,10 @@ pub(crate) fn in_git_dir(rel: &str) -> bool {
 ///
 /// A component counts when some filesystem a project can live on may open `.garuda` by it
 /// (case, invisible characters, trailing dots and spaces, a vfat short name), so `.GARUDA/settings.json` on a case-insensitive folder is no
-/// way around the question.
+/// way around the question. The names are [`garuda_policy::names_garuda_folder`]'s, the
+/// permission engine's own.
 pub fn is_garuda_settings_path(rel: &str) -> bool {
-    rel.split('/').any(names_garuda_settings)
-}
-
-/// True when `name` may name `.garuda` itself on some filesystem: ASCII case ignored (vfat,
-/// exFAT, NTFS, ext4 and f2fs folders with casefolding), invisible characters ignored (older
-/// kernels' casefolded lookups skip the default-ignorable ones, so `.gar<U+200D>uda` opened
-/// `.garuda`), trailing dots and spaces ignored (vfat and NTFS drop them), and vfat's short
-/// name for it (`GARUDA~1`). A false match only asks one question more.
-fn names_garuda_settings(name: &str) -> bool {
-    let name = fold_name(name);
-    name == ".garuda" || matches!(vfat_short_name(&name), Some(("garuda", None)))
+    rel.split('/').any(garuda_policy::names_garuda_folder)
 }
 
 /// `name` as a filesystem that folds names may see it, for a name check that a lookalike

@@ -71,11 +71,18 @@ fn agent_rss_kb(outer: libc::pid_t) -> Option<u64> {
                 .find_map(|l| l.strip_prefix("VmRSS:"))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok());
         }
-        for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten() {
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+        {
             let Ok(task) = task else { continue };
             let children =
                 std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            queue.extend(children.split_whitespace().filter_map(|c| c.parse::<libc::pid_t>().ok()));
+            queue.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<libc::pid_t>().ok()),
+            );
         }
     }
     None
@@ -113,6 +120,8 @@ fn main() {
             *kb as f64 / 1024.0,
             rss.len()
         ),
-        None => println!("idle agent resident memory: NOT MEASURED (the agent process was not found)"),
+        None => {
+            println!("idle agent resident memory: NOT MEASURED (the agent process was not found)")
+        }
     }
 }

@@ -12,6 +12,8 @@
 //! - [`demo`]: `garuda demo`, the sandbox at work on a throwaway project;
 //! - [`agent`]: the confined agent process — its spawner, and `garuda agent`'s own
 //!   confinement and self-check;
+//! - [`broker`]: the supervisor's side of the agent's API: the state table and server, the file tools, which resolve every
+//!   path beneath the held project root and ask the permission engine before they touch it;
 //! - `sys`: the only module of the workspace with `unsafe` code, every block with a
 //!   `// SAFETY:` note.
 //!
