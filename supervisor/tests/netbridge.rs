@@ -251,10 +251,13 @@ fn run(kind: ExecutorKind, policy: &ExecPolicy, script: &str) -> Outcome {
             StdioMode::Capture,
         )
         .unwrap_or_else(|e| panic!("{kind}: {e}"));
-    assert_eq!(
-        bridge_threads(),
-        0,
-        "{kind}: a bridge thread outlived the run"
+    // The bridge's thread is joined before `run` returns; a joined thread can still be listed
+    // in /proc/self/task for a moment while the kernel finishes its exit (the join wakes on
+    // the tid futex, cleared before the task is gone), so allow that moment and no more.
+    wait_until(
+        &format!("{kind}: the bridge thread to be gone after the run"),
+        Duration::from_secs(2),
+        || bridge_threads() == 0,
     );
     out
 }
