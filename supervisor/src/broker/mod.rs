@@ -10,12 +10,15 @@
 //!   outside it;
 //! - [`files`]: the file tools (`read_file`, `write_file`, `edit_file`, `glob`, `grep`) on top
 //!   of it, each returning its answer with the engine's decision for the audit log;
+//! - [`host`]: the tool host of a session: file tools, commands through `garuda sandbox`, the
+//!   journal; "ask" verdicts go to the supervisor's approver, never to the agent;
 //! - `search`: the walk, glob and regular-expression half of `glob` and `grep`.
 //!
 //! `docs/ipc.md` lists the messages, states and checks; `docs/broker.md` gives the file
 //! tools' rules and why.
 
 pub mod files;
+pub mod host;
 pub mod resolve;
 mod search;
 pub mod server;

@@ -1,0 +1,340 @@
+//! What the broker does with an allowed request: [`SessionTools`], the one [`ToolHost`] of an
+//! agent session. File tools go to [`FileTools`] (beneath the held project root); a command
+//! line goes through the permission engine, then runs exactly as `garuda sandbox` runs it (the
+//! same binary, as a child, with `--capture`: executor, staged mode, proxy, limits and its own
+//! audit session); a journal record is appended to the session's journal.
+//!
+//! An "ask" verdict goes to the [`Approver`], which is the supervisor's terminal (the chat) or,
+//! with no terminal, [`NoTerminal`]: the answer is no. The agent never sees the question.
+//! Under the strict profile a command outside the sandbox is refused before anything is
+//! asked.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use garuda_ipc::{Answer, CommandDone, ErrorCode, Request};
+use garuda_policy::engine::{Context, Decision, Engine, Request as PolicyRequest, Verdict};
+use serde_json::{json, Value};
+
+use super::files::FileTools;
+use super::server::{tool_name, ToolHost};
+
+/// Most bytes of a command's output handed back to the model.
+pub const MAX_COMMAND_OUTPUT: usize = 256 * 1024;
+
+/// Most bytes of one journal record (a line of the session's journal).
+pub const MAX_JOURNAL_RECORD: usize = 1024 * 1024;
+
+/// What the user is asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approval {
+    /// The tool (`write_file`, `run_command`…).
+    pub tool: &'static str,
+    /// Its target: a path or a command line, as the model wrote it.
+    pub target: String,
+    /// Why the engine asks.
+    pub reason: String,
+}
+
+/// Who answers "ask" verdicts: the supervisor's terminal, never the agent.
+pub trait Approver {
+    /// True when the user allows it.
+    fn approve(&mut self, question: &Approval) -> bool;
+}
+
+/// No terminal: every question is answered no (the documented default for `-p` and jobs).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoTerminal;
+
+impl Approver for NoTerminal {
+    fn approve(&mut self, _: &Approval) -> bool {
+        false
+    }
+}
+
+/// How `run_command` starts `garuda sandbox`.
+#[derive(Debug, Clone)]
+pub struct CommandRunner {
+    /// The `garuda` binary (the supervisor's own executable).
+    pub exe: PathBuf,
+    /// The project, passed as `--project`.
+    pub project: PathBuf,
+    /// The environment of the child `garuda sandbox` (it applies its own allowlist to the
+    /// command's).
+    pub env: Vec<(OsString, OsString)>,
+}
+
+/// The tool host of one agent session.
+pub struct SessionTools<'a> {
+    files: FileTools,
+    engine: Engine<'a>,
+    ctx: Context,
+    strict: bool,
+    approver: &'a mut dyn Approver,
+    runner: CommandRunner,
+    journal: Option<File>,
+}
+
+impl<'a> SessionTools<'a> {
+    /// The tools of a session in `files`' project. `journal`: the session journal, opened for
+    /// appending (`None`: records are refused).
+    pub fn new(
+        files: FileTools,
+        engine: Engine<'a>,
+        ctx: Context,
+        strict: bool,
+        approver: &'a mut dyn Approver,
+        runner: CommandRunner,
+        journal: Option<File>,
+    ) -> SessionTools<'a> {
+        SessionTools {
+            files,
+            engine,
+            ctx,
+            strict,
+            approver,
+            runner,
+            journal,
+        }
+    }
+
+    fn file_tool(&mut self, request: &Request) -> (Answer, Option<Value>) {
+        let approver = &mut *self.approver;
+        let mut asked = None;
+        let outcome = self
+            .files
+            .handle(&self.engine, &self.ctx, request, |pending| {
+                let yes = approver.approve(&Approval {
+                    tool: pending.tool().name(),
+                    target: pending.path().to_owned(),
+                    reason: pending.decision().reason.clone(),
+                });
+                asked = Some(yes);
+                yes
+            });
+        let event = decision_event(request, outcome.decision.as_ref(), asked);
+        (outcome.answer, Some(event))
+    }
+
+    fn run_command(
+        &mut self,
+        line: &str,
+        timeout_secs: Option<u64>,
+        outside_sandbox: bool,
+    ) -> (Answer, Option<Value>) {
+        let request = PolicyRequest::Bash {
+            line: line.to_owned(),
+            outside_sandbox,
+        };
+        if outside_sandbox && self.strict {
+            let event = json!({
+                "tool": "run_command",
+                "target": garuda_text::visible(line),
+                "outside_sandbox": true,
+                "verdict": "deny",
+                "reason": "the strict profile runs every command in the sandbox",
+            });
+            return (
+                error(
+                    ErrorCode::Denied,
+                    "the strict profile runs every command in the sandbox: run it without outside_sandbox",
+                ),
+                Some(event),
+            );
+        }
+        let decision = self.engine.decide(&request, &self.ctx);
+        let mut asked = None;
+        let allowed = match decision.verdict {
+            Verdict::Allow => true,
+            Verdict::Deny => false,
+            Verdict::Ask => {
+                let yes = self.approver.approve(&Approval {
+                    tool: "run_command",
+                    target: line.to_owned(),
+                    reason: decision.reason.clone(),
+                });
+                asked = Some(yes);
+                yes
+            }
+        };
+        let mut event = decision_event(
+            &Request::RunCommand {
+                command: line.to_owned(),
+                timeout_secs,
+                outside_sandbox,
+            },
+            Some(&decision),
+            asked,
+        );
+        if !allowed {
+            let (code, why) = match asked {
+                Some(false) => (ErrorCode::Rejected, "the user said no"),
+                _ => (ErrorCode::Denied, "the policy denies it"),
+            };
+            return (
+                error(code, &format!("{why}: {}", decision.reason)),
+                Some(event),
+            );
+        }
+        let answer = match self.spawn_sandbox(line, timeout_secs, outside_sandbox) {
+            Ok(done) => {
+                if let Some(map) = event.as_object_mut() {
+                    map.insert("exit_code".into(), json!(done.exit_code));
+                    map.insert("signal".into(), json!(done.signal));
+                }
+                Answer::CommandDone(done)
+            }
+            Err(e) => error(ErrorCode::Io, &format!("cannot start garuda sandbox: {e}")),
+        };
+        (answer, Some(event))
+    }
+
+    /// `garuda sandbox --capture --project P [--executor host] [--timeout N] -- /bin/sh -c LINE`
+    /// as a child: the same code path as a user's own run, its own audit session included.
+    fn spawn_sandbox(
+        &self,
+        line: &str,
+        timeout_secs: Option<u64>,
+        outside_sandbox: bool,
+    ) -> std::io::Result<CommandDone> {
+        let mut cmd = Command::new(&self.runner.exe);
+        cmd.arg("sandbox").arg("--capture").arg("--project");
+        cmd.arg(&self.runner.project);
+        if outside_sandbox {
+            cmd.args(["--executor", "host"]);
+        }
+        if let Some(secs) = timeout_secs {
+            cmd.arg("--timeout").arg(secs.to_string());
+        }
+        cmd.args(["--", "/bin/sh", "-c", line]);
+        cmd.env_clear().envs(self.runner.env.iter().cloned());
+        cmd.current_dir(&self.runner.project);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn()?;
+        let stderr = child.stderr.take();
+        // Read stderr on its own thread so a full pipe on either side never stalls the other.
+        let err_reader = std::thread::spawn(move || read_capped(stderr));
+        let (out, out_cut) = read_capped(child.stdout.take());
+        let (err, err_cut) = err_reader.join().unwrap_or_default();
+        let status = child.wait()?;
+        use std::os::unix::process::ExitStatusExt;
+        let mut output = String::from_utf8_lossy(&out).into_owned();
+        output.push_str(&String::from_utf8_lossy(&err));
+        let code = status.code();
+        Ok(CommandDone {
+            exit_code: code,
+            signal: status.signal(),
+            timed_out: timeout_secs.is_some() && code == Some(124),
+            output,
+            output_truncated: out_cut || err_cut,
+            blocked_hosts: Vec::new(),
+            staged: None,
+        })
+    }
+
+    fn journal_append(&mut self, record: &str) -> Answer {
+        if record.len() > MAX_JOURNAL_RECORD {
+            return error(ErrorCode::TooLarge, "a journal record is at most 1 MiB");
+        }
+        if record.contains(['\n', '\r']) {
+            return error(
+                ErrorCode::InvalidArgument,
+                "a journal record is one line: no line breaks",
+            );
+        }
+        let Some(journal) = self.journal.as_mut() else {
+            return error(ErrorCode::Io, "this session keeps no journal");
+        };
+        let mut line = Vec::with_capacity(record.len() + 1);
+        line.extend_from_slice(record.as_bytes());
+        line.push(b'\n');
+        match journal.write_all(&line) {
+            Ok(()) => Answer::Stored,
+            Err(e) => error(ErrorCode::Io, &format!("cannot write the journal: {e}")),
+        }
+    }
+}
+
+impl ToolHost for SessionTools<'_> {
+    fn call(&mut self, request: &Request) -> (Answer, Option<Value>) {
+        match request {
+            Request::ReadFile { .. }
+            | Request::WriteFile { .. }
+            | Request::EditFile { .. }
+            | Request::Glob { .. }
+            | Request::Grep { .. } => self.file_tool(request),
+            Request::RunCommand {
+                command,
+                timeout_secs,
+                outside_sandbox,
+            } => self.run_command(command, *timeout_secs, *outside_sandbox),
+            Request::JournalAppend { record } => (self.journal_append(record), None),
+        }
+    }
+}
+
+/// Reads a pipe to its end, keeping at most [`MAX_COMMAND_OUTPUT`] bytes.
+fn read_capped<R: Read>(pipe: Option<R>) -> (Vec<u8>, bool) {
+    let Some(mut pipe) = pipe else {
+        return (Vec::new(), false);
+    };
+    let mut kept = Vec::new();
+    let mut cut = false;
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match pipe.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let room = MAX_COMMAND_OUTPUT.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+                cut |= n > room;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    (kept, cut)
+}
+
+fn error(code: ErrorCode, message: &str) -> Answer {
+    Answer::Error {
+        code,
+        message: message.to_owned(),
+    }
+}
+
+/// The audit event of one tool request: what was asked (target escaped), the engine's
+/// verdict, the step and the rules that decided, and the user's answer if asked.
+fn decision_event(request: &Request, decision: Option<&Decision>, asked: Option<bool>) -> Value {
+    let target = match request {
+        Request::ReadFile { path, .. }
+        | Request::WriteFile { path, .. }
+        | Request::EditFile { path, .. } => garuda_text::visible(path).into_owned(),
+        Request::Glob { pattern, path } | Request::Grep { pattern, path, .. } => {
+            let within = path.as_deref().unwrap_or(".");
+            garuda_text::visible(&format!("{pattern} in {within}")).into_owned()
+        }
+        Request::RunCommand { command, .. } => garuda_text::visible(command).into_owned(),
+        Request::JournalAppend { .. } => String::new(),
+    };
+    let mut event = json!({ "tool": tool_name(request), "target": target });
+    if let (Some(d), Some(map)) = (decision, event.as_object_mut()) {
+        map.insert("verdict".into(), json!(d.verdict));
+        map.insert("step".into(), json!(d.step.to_string()));
+        map.insert("rules".into(), json!(d.causes));
+    }
+    if let (Some(yes), Some(map)) = (asked, event.as_object_mut()) {
+        map.insert("user_answer".into(), json!(if yes { "yes" } else { "no" }));
+    }
+    if decision.is_none() {
+        if let Some(map) = event.as_object_mut() {
+            map.insert("refused_before_policy".into(), json!(true));
+        }
+    }
+    event
+}
