@@ -562,15 +562,24 @@ pub enum FrameError {
 
 /// One message as a whole frame: length prefix and body.
 pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, FrameError> {
-    let mut frame = vec![0u8; 4];
-    serde_json::to_writer(&mut frame, message)?;
+    let mut frame = Vec::new();
+    encode_into(&mut frame, message)?;
+    Ok(frame)
+}
+
+/// [`encode`] into `frame`, which is cleared first: a side that sends many frames keeps one
+/// buffer, so a large answer costs no new allocation (and no page faults) each time.
+pub fn encode_into<T: Serialize>(frame: &mut Vec<u8>, message: &T) -> Result<(), FrameError> {
+    frame.clear();
+    frame.extend_from_slice(&[0u8; 4]);
+    serde_json::to_writer(&mut *frame, message)?;
     let body = frame.len() - 4;
     if body > MAX_FRAME_BYTES {
         return Err(FrameError::TooLarge(body));
     }
     let len = u32::try_from(body).map_err(|_| FrameError::TooLarge(body))?;
     frame[..4].copy_from_slice(&len.to_be_bytes());
-    Ok(frame)
+    Ok(())
 }
 
 /// The body length a prefix announces, if it is within the cap.
@@ -596,21 +605,29 @@ pub fn write_frame<W: Write, T: Serialize>(w: &mut W, message: &T) -> Result<(),
 
 /// Reads one frame's body; `Ok(None)` when the stream ends cleanly between frames.
 pub fn read_frame<R: Read>(r: &mut R) -> Result<Option<Vec<u8>>, FrameError> {
+    let mut body = Vec::new();
+    Ok(read_frame_into(r, &mut body)?.then_some(body))
+}
+
+/// [`read_frame`] into `body`, which is reused: `Ok(false)` when the stream ends cleanly
+/// between frames. The length is checked against the cap before `body` grows.
+pub fn read_frame_into<R: Read>(r: &mut R, body: &mut Vec<u8>) -> Result<bool, FrameError> {
     let mut prefix = [0u8; 4];
     let got = read_full(r, &mut prefix)?;
     if got == 0 {
-        return Ok(None);
+        return Ok(false);
     }
     if got < 4 {
         return Err(FrameError::Truncated { got, want: 4 });
     }
     let len = body_len(prefix)?;
-    let mut body = vec![0u8; len];
-    let got = read_full(r, &mut body)?;
+    body.clear();
+    body.resize(len, 0);
+    let got = read_full(r, body)?;
     if got < len {
         return Err(FrameError::Truncated { got, want: len });
     }
-    Ok(Some(body))
+    Ok(true)
 }
 
 /// Reads until `buf` is full or the stream ends; returns the bytes read.

@@ -392,9 +392,14 @@ impl FileTools {
             Ok(b) => b,
             Err(answer) => return answer,
         };
-        let Some(text) = as_text(&bytes) else {
+        // Validated once, as the string the answer may hand over whole.
+        let Ok(owned) = String::from_utf8(bytes) else {
             return not_text(written);
         };
+        if memchr::memchr(0, owned.as_bytes()).is_some() {
+            return not_text(written);
+        }
+        let text = owned.as_str();
         let total_lines = count_lines(text);
         if total_lines > 0 && offset > total_lines {
             return error(
@@ -405,7 +410,7 @@ impl FileTools {
                 ),
             );
         }
-        let chunk = match lines_from(text, offset, limit) {
+        let chunk = match lines_from(text, total_lines, offset, limit) {
             Ok(chunk) => chunk,
             Err(bytes) => {
                 return error(
@@ -418,14 +423,20 @@ impl FileTools {
                 )
             }
         };
-        let hash: [u8; 32] = Sha256::digest(&bytes).into();
+        let hash: [u8; 32] = Sha256::digest(text.as_bytes()).into();
         let unchanged = self.already_sent(resolved, hash, offset, chunk.lines);
+        let whole = chunk.text.len() == text.len();
+        let text = if unchanged {
+            String::new()
+        } else if whole {
+            // The whole file: hand over the buffer read instead of copying it (a 1 MB read
+            // is otherwise one more allocation and copy on the way to the model).
+            owned
+        } else {
+            chunk.text.to_owned()
+        };
         Answer::FileText {
-            text: if unchanged {
-                String::new()
-            } else {
-                chunk.text.to_owned()
-            },
+            text,
             first_line: offset,
             total_lines,
             unchanged,
@@ -756,7 +767,7 @@ pub(crate) fn as_text(bytes: &[u8]) -> Option<&str> {
 
 /// Lines in `text`: newlines, plus one for a last line without its newline.
 fn count_lines(text: &str) -> u64 {
-    let newlines = text.bytes().filter(|&b| b == b'\n').count() as u64;
+    let newlines = memchr::memchr_iter(b'\n', text.as_bytes()).count() as u64;
     newlines + u64::from(!text.is_empty() && !text.ends_with('\n'))
 }
 
@@ -768,7 +779,14 @@ struct Chunk<'a> {
 
 /// Up to `limit` whole lines from line `first`, at most [`MAX_READ_BYTES`]; the size of the
 /// first line when it alone is over the cap.
-fn lines_from(text: &str, first: u64, limit: u64) -> Result<Chunk<'_>, usize> {
+fn lines_from(text: &str, total_lines: u64, first: u64, limit: u64) -> Result<Chunk<'_>, usize> {
+    // The common case, a whole file within the caps, without a walk line by line.
+    if first == 1 && text.len() <= MAX_READ_BYTES && total_lines <= limit {
+        return Ok(Chunk {
+            text,
+            lines: total_lines,
+        });
+    }
     let mut start = 0usize;
     let mut line = 1u64;
     while line < first {
@@ -1097,17 +1115,20 @@ mod tests {
         assert_eq!(count_lines("a\n"), 1);
         assert_eq!(count_lines("a\nb"), 2);
         assert_eq!(count_lines("\n\n"), 2);
-        let c = lines_from("a\nb\nc\n", 2, 1).unwrap();
+        let c = lines_from("a\nb\nc\n", 3, 2, 1).unwrap();
         assert_eq!((c.text, c.lines), ("b\n", 1));
-        let c = lines_from("a\nb\nc", 2, 10).unwrap();
+        let c = lines_from("a\nb\nc", 3, 2, 10).unwrap();
         assert_eq!((c.text, c.lines), ("b\nc", 2));
-        let c = lines_from("a\n", 1, 10).unwrap();
+        let c = lines_from("a\n", 1, 1, 10).unwrap();
         assert_eq!((c.text, c.lines), ("a\n", 1));
         let long = format!("x\n{}\n", "y".repeat(MAX_READ_BYTES));
         // The first line fits; the second alone is over the cap: the read stops before it.
-        let c = lines_from(&long, 1, 10).unwrap();
+        let c = lines_from(&long, count_lines(&long), 1, 10).unwrap();
         assert_eq!((c.text, c.lines), ("x\n", 1));
-        assert_eq!(lines_from(&long, 2, 10).err(), Some(MAX_READ_BYTES + 1));
+        assert_eq!(
+            lines_from(&long, count_lines(&long), 2, 10).err(),
+            Some(MAX_READ_BYTES + 1)
+        );
     }
 
     #[test]

@@ -11,13 +11,13 @@
 //! Requests are handled one at a time in the order they arrive, so an id is always answered
 //! before the next request is read.
 
-use std::io::{ErrorKind, Read};
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use garuda_ipc::{
-    body_len, decode, write_frame, AgentFrame, Answer, ErrorCode, FrameError, Request, Start,
+    body_len, decode, encode_into, AgentFrame, Answer, ErrorCode, FrameError, Request, Start,
     StopReason, SupervisorFrame, UiEvent, Usage, PROTOCOL_VERSION,
 };
 use serde_json::{json, Value};
@@ -90,6 +90,11 @@ pub struct Broker<A: AuditSink> {
     state: State,
     audit: A,
     kill: Killer,
+    /// Reused for every frame received and sent: a 1 MB answer then costs no allocation.
+    inbuf: Vec<u8>,
+    outbuf: Vec<u8>,
+    /// The socket's read timeout is set to the poll interval.
+    polling: bool,
 }
 
 impl<A: AuditSink> Broker<A> {
@@ -105,6 +110,9 @@ impl<A: AuditSink> Broker<A> {
             state: State::AwaitHello,
             audit,
             kill,
+            inbuf: Vec::new(),
+            outbuf: Vec::new(),
+            polling: false,
         };
         let deadline = Instant::now() + HELLO_DEADLINE;
         let frame = match broker.next_frame(None, Some(deadline))? {
@@ -302,7 +310,9 @@ impl<A: AuditSink> Broker<A> {
             Ok(len) => len,
             Err(e) => return Err(self.violation(e.to_string(), None)),
         };
-        let mut body = vec![0u8; len];
+        let mut body = std::mem::take(&mut self.inbuf);
+        body.clear();
+        body.resize(len, 0);
         let mut got = 0;
         while got < len {
             match self.read_some(&mut body[got..], began)? {
@@ -315,7 +325,9 @@ impl<A: AuditSink> Broker<A> {
                 None => {}
             }
         }
-        match decode::<AgentFrame>(&body) {
+        let frame = decode::<AgentFrame>(&body);
+        self.inbuf = body;
+        match frame {
             Ok(frame) => Ok(Some(frame)),
             Err(e) => Err(self.violation(e.to_string(), None)),
         }
@@ -332,9 +344,13 @@ impl<A: AuditSink> Broker<A> {
         if began.is_some_and(|b| b.elapsed() >= FRAME_DEADLINE) {
             return Err(self.violation("a frame stalled half-sent".into(), None));
         }
-        self.stream
-            .set_read_timeout(Some(POLL))
-            .map_err(BrokerError::Channel)?;
+        if !self.polling {
+            // Set once: a syscall per read would be a measurable part of a small round trip.
+            self.stream
+                .set_read_timeout(Some(POLL))
+                .map_err(BrokerError::Channel)?;
+            self.polling = true;
+        }
         match self.stream.read(buf) {
             Ok(n) => Ok(Some(n)),
             Err(e)
@@ -350,15 +366,14 @@ impl<A: AuditSink> Broker<A> {
     }
 
     fn send(&mut self, frame: &SupervisorFrame) -> Result<(), BrokerError> {
-        match write_frame(&mut self.stream, frame) {
+        // Only the supervisor's own frames are written: one over the cap is its bug, and the
+        // conversation cannot go on in step.
+        encode_into(&mut self.outbuf, frame)
+            .map_err(|e| BrokerError::Channel(std::io::Error::other(e.to_string())))?;
+        match self.stream.write_all(&self.outbuf) {
             Ok(()) => Ok(()),
-            Err(FrameError::Io(e)) if e.kind() == ErrorKind::BrokenPipe => {
-                Err(BrokerError::Closed(self.state))
-            }
-            Err(FrameError::Io(e)) => Err(BrokerError::Channel(e)),
-            // Only the supervisor's own frames are written: one over the cap is its bug,
-            // and the conversation cannot go on in step.
-            Err(e) => Err(BrokerError::Channel(std::io::Error::other(e.to_string()))),
+            Err(e) if e.kind() == ErrorKind::BrokenPipe => Err(BrokerError::Closed(self.state)),
+            Err(e) => Err(BrokerError::Channel(e)),
         }
     }
 
