@@ -29,6 +29,7 @@ pub mod dnsstub;
 pub mod doctor;
 pub mod executor;
 pub mod netbridge;
+pub mod project;
 pub mod proxy;
 pub mod record;
 pub(crate) mod sys;
