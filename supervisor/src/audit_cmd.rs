@@ -47,7 +47,7 @@ pub fn verify(args: VerifyArgs) -> Result<i32> {
         (VerifyTarget::All(audit_root), None)
     } else {
         let cwd = std::env::current_dir().context("reading the current folder")?;
-        let project = crate::cli::resolve_project(args.project, &cwd)?;
+        let project = crate::project::resolve_project(args.project, &cwd)?;
         let dir = garuda_audit::project_audit_dir(&audit_root, &project)?;
         (VerifyTarget::Project(dir), Some(project))
     };
@@ -131,7 +131,7 @@ impl Log {
     fn open(args: &ReadArgs) -> Result<Log> {
         let host = HostEnv::from_process().context("reading the environment")?;
         let cwd = std::env::current_dir().context("reading the current folder")?;
-        let project = crate::cli::resolve_project(args.project.clone(), &cwd)?;
+        let project = crate::project::resolve_project(args.project.clone(), &cwd)?;
         let dir = garuda_audit::project_audit_dir(&host.garuda_home.join("audit"), &project)?;
         let keys = load_keys(&host.garuda_home.join("keys"), &args.keys)?;
         Ok(Log {

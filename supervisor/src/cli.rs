@@ -39,6 +39,7 @@ use garuda_staging::{BackendChoice, Guard, Session, StagingError};
 use garuda_text::{visible, visible_json};
 
 use crate::executor::{self, CommandSpec, ExecutorKind, StdioMode};
+use crate::project::{git_root_above, resolve_project};
 
 /// Exit code when Garuda itself cannot set up the sandbox (as `env(1)` and `timeout(1)` use).
 pub const SETUP_FAILED: i32 = 125;
@@ -618,12 +619,6 @@ fn refuse_weaker_project_executor(choice: ExecutorChoice, file: &Path) -> Result
     Ok(())
 }
 
-/// The project folder, canonical: the one given, else the git root above `cwd`.
-pub(crate) fn resolve_project(project: Option<PathBuf>, cwd: &Path) -> Result<PathBuf> {
-    let project = project.unwrap_or_else(|| project_root_from(cwd));
-    std::fs::canonicalize(&project).with_context(|| format!("project folder {}", project.display()))
-}
-
 /// Where `garuda sandbox` got its project folder: the hints for a project that is too broad
 /// or not a git project depend on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1173,16 +1168,6 @@ fn remove_stale_proxy_dirs(base: &Path) {
 fn free_loopback_port() -> std::io::Result<u16> {
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
     Ok(listener.local_addr()?.port())
-}
-
-/// The git root above `start` (the nearest folder holding `.git`), else `start` itself.
-pub fn project_root_from(start: &Path) -> PathBuf {
-    git_root_above(start).unwrap_or(start).to_path_buf()
-}
-
-/// The nearest folder at or above `start` that holds `.git`.
-fn git_root_above(start: &Path) -> Option<&Path> {
-    start.ancestors().find(|d| d.join(".git").exists())
 }
 
 /// What to do with a staged change.

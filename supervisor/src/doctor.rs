@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::executor::{probe_executors, Probe};
+use crate::executor::{landlock, probe_executors, Probe};
 use crate::sys;
 
 /// One capability of the machine.
@@ -102,7 +102,7 @@ fn seccomp_filter() -> Result<String, String> {
 }
 
 fn pid_max_namespaced() -> Result<String, String> {
-    let (major, minor) = kernel_version().ok_or("cannot read the kernel version")?;
+    let (major, minor) = landlock::kernel_version().ok_or("cannot read the kernel version")?;
     if (major, minor) >= (6, 14) {
         Ok(format!(
             "Linux {major}.{minor}: pid_max is per PID namespace (process limit for root too)"
@@ -112,13 +112,6 @@ fn pid_max_namespaced() -> Result<String, String> {
             "Linux {major}.{minor}: pid_max is not per PID namespace before 6.14"
         ))
     }
-}
-
-/// `(major, minor)` of the running kernel.
-pub fn kernel_version() -> Option<(u32, u32)> {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let mut it = release.trim().split(['.', '-']);
-    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
 
 /// Gather the report.

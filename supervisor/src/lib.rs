@@ -31,6 +31,7 @@ pub mod dnsstub;
 pub mod doctor;
 pub mod executor;
 pub mod netbridge;
+pub mod project;
 pub mod proxy;
 pub mod record;
 pub(crate) mod sys;

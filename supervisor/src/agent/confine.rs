@@ -141,7 +141,7 @@ impl Outside {
             Ok(()) => out.push("the host's /etc/hostname is in its view (opened)".into()),
             Err(e) => out.push(format!(
                 "opening /etc/hostname failed with {} instead of ENOENT (not in the view)",
-                super::probe::errno_name(e)
+                errno_name(e)
             )),
         }
         if self.threads != Some(1) {
@@ -168,6 +168,25 @@ pub fn status_text<'a>(status: &'a str, name: &str) -> Option<&'a str> {
         let (k, v) = l.split_once(':')?;
         (k == name).then_some(v.trim())
     })
+}
+
+/// `EACCES`, `EPERM`, … for the errnos the self-check and the probes meet; `errno N` otherwise.
+pub fn errno_name(e: i32) -> String {
+    let name = match e {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::ESRCH => "ESRCH",
+        libc::EACCES => "EACCES",
+        libc::ENOSYS => "ENOSYS",
+        libc::EROFS => "EROFS",
+        libc::ENETUNREACH => "ENETUNREACH",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::EAFNOSUPPORT => "EAFNOSUPPORT",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::EIO => "EIO",
+        _ => return format!("errno {e}"),
+    };
+    name.to_string()
 }
 
 /// Problems `/proc/self/status` shows after the lock.
@@ -299,7 +318,7 @@ pub fn self_check(confined: &mut Confined, outside: &Outside) -> Result<(), Refu
     if root != Err(libc::EACCES) {
         failed.push(format!(
             "opening / gave {:?} instead of EACCES (Landlock)",
-            root.map_err(super::probe::errno_name)
+            root.map_err(errno_name)
         ));
     }
     // seccomp: EPERM comes before the kernel looks at the (never executable) directory.
@@ -307,14 +326,14 @@ pub fn self_check(confined: &mut Confined, outside: &Outside) -> Result<(), Refu
     if exec != libc::EPERM {
         failed.push(format!(
             "execveat gave {} instead of EPERM (seccomp)",
-            super::probe::errno_name(exec)
+            errno_name(exec)
         ));
     }
     let unix = UnixDatagram::unbound().map(drop).map_err(|e| errno_of(&e));
     if unix != Err(libc::EPERM) {
         failed.push(format!(
             "socket(AF_UNIX) gave {:?} instead of EPERM (seccomp)",
-            unix.map_err(super::probe::errno_name)
+            unix.map_err(errno_name)
         ));
     }
     if failed.is_empty() {

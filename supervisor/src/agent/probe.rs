@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use super::confine::status_text;
+use super::confine::{errno_name, status_text};
 use crate::sys;
 
 /// What to try.
@@ -137,25 +137,6 @@ impl std::fmt::Display for ProbeResult {
             Err(e) => write!(f, "{}\terr\t{}", self.name, errno_name(*e)),
         }
     }
-}
-
-/// `EACCES`, `EPERM`, … for the errnos the probes meet; `errno N` otherwise.
-pub fn errno_name(e: i32) -> String {
-    let name = match e {
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::ESRCH => "ESRCH",
-        libc::EACCES => "EACCES",
-        libc::ENOSYS => "ENOSYS",
-        libc::EROFS => "EROFS",
-        libc::ENETUNREACH => "ENETUNREACH",
-        libc::ECONNREFUSED => "ECONNREFUSED",
-        libc::EAFNOSUPPORT => "EAFNOSUPPORT",
-        libc::ETIMEDOUT => "ETIMEDOUT",
-        libc::EIO => "EIO",
-        _ => return format!("errno {e}"),
-    };
-    name.to_string()
 }
 
 fn errno(e: &std::io::Error) -> i32 {

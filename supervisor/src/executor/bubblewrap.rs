@@ -421,11 +421,11 @@ impl Executor for BubblewrapExecutor {
             reason: "bwrap not found (install the bubblewrap package)".into(),
         })?;
         let proxy = netbridge::checked_proxy(&policy.network)?;
-        let cwd = super::select::checked_cwd(cmd, policy)?;
+        let cwd = super::program::checked_cwd(cmd, policy)?;
         // bwrap reports a missing program as its own failure (exit 1); answer like a shell.
-        let program = super::select::resolve_program(&cmd.argv[0], &policy.env);
+        let program = super::program::resolve_program(&cmd.argv[0], &policy.env);
         if !cmd.argv[0].as_bytes().contains(&b'/') && !program.is_absolute() {
-            return Ok(super::select::not_found_outcome(
+            return Ok(super::program::not_found_outcome(
                 &cmd.argv[0],
                 stdio,
                 Instant::now(),
@@ -462,7 +462,7 @@ impl Executor for BubblewrapExecutor {
             .envs(policy.command_env());
         let mount = match &policy.staged {
             None => None,
-            Some(view) => Some(super::landlock::staged_mount(view, &policy.project_root)?),
+            Some(view) => Some(super::layout::staged_mount(view, &policy.project_root)?),
         };
         let handoff = proxy
             .map(|(socket, port)| netbridge::handoff(socket, port).map(|h| (h, port)))

@@ -53,10 +53,10 @@ impl Executor for HostExecutor {
             });
         }
         let proxy = crate::netbridge::checked_proxy(&policy.network)?;
-        let cwd = super::select::checked_cwd(cmd, policy)?;
-        let resolved = super::select::resolve_program(program, &policy.env);
+        let cwd = super::program::checked_cwd(cmd, policy)?;
+        let resolved = super::program::resolve_program(program, &policy.env);
         if !resolved.is_absolute() && !program.as_bytes().contains(&b'/') {
-            return Ok(super::select::not_found_outcome(
+            return Ok(super::program::not_found_outcome(
                 program,
                 stdio,
                 Instant::now(),
@@ -84,7 +84,7 @@ impl Executor for HostExecutor {
         let mut child = match command.spawn() {
             Ok(c) => c,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(super::select::not_found_outcome(program, stdio, start));
+                return Ok(super::program::not_found_outcome(program, stdio, start));
             }
             Err(source) => {
                 return Err(ExecError::Setup {

@@ -34,10 +34,10 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::time::Instant;
 
-use garuda_policy::{ExecPolicy, StagedView};
+use garuda_policy::ExecPolicy;
 
 use super::capture::{join_reader, spawn_reader};
-use super::layout::{layout, Op, DEVICES};
+use super::layout::{cpath, cstring, layout, staged_mount, Op, DEVICES};
 use super::{CommandSpec, ExecError, Executor, ExecutorKind, ExitStatus, Outcome, StdioMode};
 use crate::netbridge;
 use crate::sys::{self, MountStep, NativePlan, Stage};
@@ -134,8 +134,15 @@ pub fn availability() -> Result<String, String> {
     ))
 }
 
+/// `(major, minor)` of the running kernel.
+pub fn kernel_version() -> Option<(u32, u32)> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let mut it = release.trim().split(['.', '-']);
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
 fn kernel_supported() -> Result<(), String> {
-    match crate::doctor::kernel_version() {
+    match kernel_version() {
         Some(v) if v >= MIN_KERNEL => Ok(()),
         Some((major, minor)) => Err(format!(
             "Linux {major}.{minor} has no per-namespace pid_max (needed for the process limit): Linux {}.{} or later is needed",
@@ -148,15 +155,6 @@ fn kernel_supported() -> Result<(), String> {
 /// Runs commands in the native sandbox.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LandlockExecutor;
-
-fn cstring(bytes: &[u8]) -> Result<CString, ExecError> {
-    CString::new(bytes)
-        .map_err(|_| ExecError::InvalidCommand("a string contains a NUL byte".into()))
-}
-
-fn cpath(p: &Path) -> Result<CString, ExecError> {
-    cstring(p.as_os_str().as_bytes())
-}
 
 fn setup_err(stage: impl Into<String>) -> impl FnOnce(std::io::Error) -> ExecError {
     let stage = stage.into();
@@ -192,45 +190,6 @@ fn mkdirs_under_tmp(target: &Path, steps: &mut Vec<MountStep>) -> Result<(), Exe
         }
     }
     Ok(())
-}
-
-/// overlayfs splits its options at `,` and its layer lists at `:`; a backslash escapes both.
-fn escape_overlay_path(p: &Path) -> Vec<u8> {
-    let mut out = Vec::new();
-    for &b in p.as_os_str().as_bytes() {
-        if matches!(b, b'\\' | b',' | b':') {
-            out.push(b'\\');
-        }
-        out.push(b);
-    }
-    out
-}
-
-/// The mount that puts the staged view at the project's path (first step, before anything
-/// else opens a path in the project, so every later bind sees the view, never the project).
-pub(crate) fn staged_mount(view: &StagedView, project: &Path) -> Result<MountStep, ExecError> {
-    match view {
-        StagedView::Overlay { lower, upper, work } => {
-            let mut opts = b"lowerdir=".to_vec();
-            opts.extend(escape_overlay_path(lower));
-            opts.extend(b",upperdir=");
-            opts.extend(escape_overlay_path(upper));
-            opts.extend(b",workdir=");
-            opts.extend(escape_overlay_path(work));
-            // userxattr: the only way overlayfs works in a user namespace (whiteouts and
-            // opaque markers are kept in user.* extended attributes).
-            opts.extend(b",userxattr");
-            Ok(MountStep::Overlay {
-                target: cpath(project)?,
-                options: cstring(&opts)?,
-            })
-        }
-        StagedView::Copy { dir } => Ok(MountStep::Bind {
-            source: cpath(dir)?,
-            target: cpath(project)?,
-            remount_flags: libc::MS_NOSUID | libc::MS_NODEV,
-        }),
-    }
 }
 
 const RO_FLAGS: libc::c_ulong = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
@@ -556,8 +515,8 @@ impl Executor for LandlockExecutor {
             reason,
         })?;
         let proxy = netbridge::checked_proxy(&policy.network)?;
-        let cwd = super::select::checked_cwd(cmd, policy)?;
-        let program = super::select::resolve_program(argv0, &policy.env);
+        let cwd = super::program::checked_cwd(cmd, policy)?;
+        let program = super::program::resolve_program(argv0, &policy.env);
         let argv_storage: Vec<CString> = cmd
             .argv
             .iter()
@@ -746,7 +705,7 @@ impl Executor for LandlockExecutor {
                 if let Some(r) = reports.iter().find(|r| r.stage == Stage::Signaled as u32) {
                     ExitStatus::Signal(r.value)
                 } else if let Some(r) = reports.iter().find(|r| r.stage == Stage::Exec as u32) {
-                    let mut o = super::select::exec_failure_outcome(argv0, r.value, stdio, start);
+                    let mut o = super::program::exec_failure_outcome(argv0, r.value, stdio, start);
                     o.stdout = stdout;
                     stderr.bytes.extend_from_slice(&o.stderr.bytes);
                     o.stderr = stderr;
@@ -786,28 +745,6 @@ mod tests {
         assert_eq!(handled_fs(5).count_ones(), 16);
         assert_eq!(handled_fs(7), handled_fs(5));
         assert_eq!(write_rights(5) & (MAKE_CHAR | MAKE_BLOCK), 0);
-    }
-}
-
-#[cfg(test)]
-mod staged_tests {
-    use super::*;
-
-    #[test]
-    fn overlay_options_escape_separators() {
-        let view = StagedView::Overlay {
-            lower: "/p,x:y".into(),
-            upper: "/s/upper".into(),
-            work: "/s/work".into(),
-        };
-        let MountStep::Overlay { options, .. } = staged_mount(&view, Path::new("/p,x:y")).unwrap()
-        else {
-            panic!("not an overlay");
-        };
-        assert_eq!(
-            options.to_str().unwrap(),
-            "lowerdir=/p\\,x\\:y,upperdir=/s/upper,workdir=/s/work,userxattr"
-        );
     }
 }
 

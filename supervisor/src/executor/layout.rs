@@ -34,14 +34,22 @@
 //! Later ops win over earlier ones at the same path, so a secret inside the project stays
 //! unreadable although the project is writable.
 //!
+//! A command on a staged view gets one step before all of these, the same for both executors:
+//! `staged_mount` puts the view (overlayfs, or a bind of the copy) at the project's path.
+//!
 //! Proxy mode adds nothing to the view: the proxy's unix socket is not bound into the sandbox.
 //! The bridge's listener is a socket of the command's network namespace that the supervisor
 //! serves from outside ([`crate::netbridge`]), so the command reaches the proxy only through
 //! `127.0.0.1:<port>`, never through a path.
 
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use garuda_policy::ExecPolicy;
+use garuda_policy::{ExecPolicy, StagedView};
+
+use super::ExecError;
+use crate::sys::MountStep;
 
 /// Directories every Linux executor replaces with its own content (steps 2–4). A policy path
 /// under one of them is not visible to the command anyway and is dropped from the layout.
@@ -190,6 +198,56 @@ pub fn layout(policy: &ExecPolicy) -> Vec<Op> {
     ops
 }
 
+/// A string for a mount step; a NUL byte (which no path holds) is refused.
+pub(crate) fn cstring(bytes: &[u8]) -> Result<CString, ExecError> {
+    CString::new(bytes)
+        .map_err(|_| ExecError::InvalidCommand("a string contains a NUL byte".into()))
+}
+
+/// A path for a mount step.
+pub(crate) fn cpath(p: &Path) -> Result<CString, ExecError> {
+    cstring(p.as_os_str().as_bytes())
+}
+
+/// overlayfs splits its options at `,` and its layer lists at `:`; a backslash escapes both.
+fn escape_overlay_path(p: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &b in p.as_os_str().as_bytes() {
+        if matches!(b, b'\\' | b',' | b':') {
+            out.push(b'\\');
+        }
+        out.push(b);
+    }
+    out
+}
+
+/// The mount that puts the staged view at the project's path (first step, before anything
+/// else opens a path in the project, so every later bind sees the view, never the project).
+pub(crate) fn staged_mount(view: &StagedView, project: &Path) -> Result<MountStep, ExecError> {
+    match view {
+        StagedView::Overlay { lower, upper, work } => {
+            let mut opts = b"lowerdir=".to_vec();
+            opts.extend(escape_overlay_path(lower));
+            opts.extend(b",upperdir=");
+            opts.extend(escape_overlay_path(upper));
+            opts.extend(b",workdir=");
+            opts.extend(escape_overlay_path(work));
+            // userxattr: the only way overlayfs works in a user namespace (whiteouts and
+            // opaque markers are kept in user.* extended attributes).
+            opts.extend(b",userxattr");
+            Ok(MountStep::Overlay {
+                target: cpath(project)?,
+                options: cstring(&opts)?,
+            })
+        }
+        StagedView::Copy { dir } => Ok(MountStep::Bind {
+            source: cpath(dir)?,
+            target: cpath(project)?,
+            remount_flags: libc::MS_NOSUID | libc::MS_NODEV,
+        }),
+    }
+}
+
 /// Test-only fault injection for the claim that Landlock is a second, independent wall for
 /// writes (docs/executors.md, "What Landlock adds"): a mount-layer mistake, a read-write bind
 /// of a path outside every writable root, that the mount plan (`landlock`) or bwrap's
@@ -333,6 +391,28 @@ mod tests {
                 Op::UnreadableFile(root.join(".env")),
                 Op::UnreadableDir(root.join("secrets")),
             ]
+        );
+    }
+}
+
+#[cfg(test)]
+mod staged_tests {
+    use super::*;
+
+    #[test]
+    fn overlay_options_escape_separators() {
+        let view = StagedView::Overlay {
+            lower: "/p,x:y".into(),
+            upper: "/s/upper".into(),
+            work: "/s/work".into(),
+        };
+        let MountStep::Overlay { options, .. } = staged_mount(&view, Path::new("/p,x:y")).unwrap()
+        else {
+            panic!("not an overlay");
+        };
+        assert_eq!(
+            options.to_str().unwrap(),
+            "lowerdir=/p\\,x\\:y,upperdir=/s/upper,workdir=/s/work,userxattr"
         );
     }
 }

@@ -5,21 +5,69 @@
 //! runs them too, as the negative control that shows each case can fail.
 
 use std::ffi::OsString;
+use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use garuda_policy::ExecPolicy;
+use serde::Serialize;
 
 pub mod bubblewrap;
 pub mod capture;
 pub mod host;
 pub mod landlock;
 pub mod layout;
+pub mod program;
 pub mod seatbelt;
 pub mod seccomp;
 pub mod select;
 
-pub use select::{probe_executors, select_executor, ExecutorKind, Probe, Selection};
+pub use select::{probe_executors, select_executor, Probe, Selection};
+
+/// The executor backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorKind {
+    /// System bubblewrap.
+    Bubblewrap,
+    /// Native namespaces + Landlock + seccomp.
+    Landlock,
+    /// macOS `sandbox-exec`.
+    Seatbelt,
+    /// No isolation.
+    Host,
+}
+
+impl ExecutorKind {
+    /// All kinds, strongest first.
+    pub const ALL: [ExecutorKind; 4] = [
+        ExecutorKind::Landlock,
+        ExecutorKind::Bubblewrap,
+        ExecutorKind::Seatbelt,
+        ExecutorKind::Host,
+    ];
+
+    /// The setting's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExecutorKind::Bubblewrap => "bubblewrap",
+            ExecutorKind::Landlock => "landlock",
+            ExecutorKind::Seatbelt => "seatbelt",
+            ExecutorKind::Host => "host",
+        }
+    }
+
+    /// True for every backend that isolates the command (all but `host`).
+    pub fn is_sandbox(self) -> bool {
+        self != ExecutorKind::Host
+    }
+}
+
+impl fmt::Display for ExecutorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// A command to run: the program and its arguments, and the working directory.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,65 +5,16 @@
 //! no Landlock) over `seatbelt` (macOS) over `host`. A named executor that is not available is
 //! an error: a setting never silently downgrades.
 
-use std::ffi::{OsStr, OsString};
 use std::fmt;
-use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
-use std::time::Instant;
 
-use garuda_policy::{ExecPolicy, ExecutorChoice};
+use garuda_policy::ExecutorChoice;
 use serde::Serialize;
 
 use super::bubblewrap::{self, BubblewrapExecutor};
 use super::host::HostExecutor;
 use super::landlock::{self as native, LandlockExecutor};
 use super::seatbelt::SeatbeltExecutor;
-use super::{Captured, CommandSpec, ExecError, Executor, ExitStatus, Outcome, StdioMode};
-
-/// The executor backends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ExecutorKind {
-    /// System bubblewrap.
-    Bubblewrap,
-    /// Native namespaces + Landlock + seccomp.
-    Landlock,
-    /// macOS `sandbox-exec`.
-    Seatbelt,
-    /// No isolation.
-    Host,
-}
-
-impl ExecutorKind {
-    /// All kinds, strongest first.
-    pub const ALL: [ExecutorKind; 4] = [
-        ExecutorKind::Landlock,
-        ExecutorKind::Bubblewrap,
-        ExecutorKind::Seatbelt,
-        ExecutorKind::Host,
-    ];
-
-    /// The setting's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            ExecutorKind::Bubblewrap => "bubblewrap",
-            ExecutorKind::Landlock => "landlock",
-            ExecutorKind::Seatbelt => "seatbelt",
-            ExecutorKind::Host => "host",
-        }
-    }
-
-    /// True for every backend that isolates the command (all but `host`).
-    pub fn is_sandbox(self) -> bool {
-        self != ExecutorKind::Host
-    }
-}
-
-impl fmt::Display for ExecutorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+use super::{ExecError, Executor, ExecutorKind};
 
 /// Whether one executor can run here, and why (not).
 #[derive(Debug, Clone, Serialize)]
@@ -217,90 +168,9 @@ pub fn select_executor(choice: ExecutorChoice) -> Result<Selection, ExecError> {
     })
 }
 
-/// The working directory of `cmd`, checked to lie inside the project root.
-pub fn checked_cwd(cmd: &CommandSpec, policy: &ExecPolicy) -> Result<PathBuf, ExecError> {
-    match &cmd.cwd {
-        None => Ok(policy.project_root.clone()),
-        Some(cwd) => {
-            let abs = if cwd.is_absolute() {
-                cwd.clone()
-            } else {
-                policy.project_root.join(cwd)
-            };
-            let canon = std::fs::canonicalize(&abs).map_err(|_| ExecError::CwdOutsideProject {
-                cwd: abs.clone(),
-                root: policy.project_root.clone(),
-            })?;
-            if !canon.starts_with(&policy.project_root) {
-                return Err(ExecError::CwdOutsideProject {
-                    cwd: canon,
-                    root: policy.project_root.clone(),
-                });
-            }
-            Ok(canon)
-        }
-    }
-}
-
-/// Search `PATH` (the sandbox's, from the policy environment) for `program`.
-pub fn resolve_program(program: &OsStr, env: &[(OsString, OsString)]) -> PathBuf {
-    if program.as_bytes().contains(&b'/') {
-        return PathBuf::from(program);
-    }
-    let path = env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
-    for dir in std::env::split_paths(&path) {
-        let candidate = dir.join(program);
-        if let Ok(meta) = std::fs::metadata(&candidate) {
-            use std::os::unix::fs::PermissionsExt;
-            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
-                return candidate;
-            }
-        }
-    }
-    PathBuf::from(program)
-}
-
-/// The outcome reported when the program does not exist: exit 127, like a shell.
-pub fn not_found_outcome(program: &OsStr, stdio: StdioMode, start: Instant) -> Outcome {
-    exec_failure_outcome(program, libc::ENOENT, stdio, start)
-}
-
-/// The outcome for a program that could not be executed inside the sandbox (127 when it was
-/// not found, 126 otherwise), with the reason on stderr.
-pub fn exec_failure_outcome(
-    program: &OsStr,
-    errno: i32,
-    stdio: StdioMode,
-    start: Instant,
-) -> Outcome {
-    // The program name is the caller's (an agent's command line): printed visibly.
-    let msg = format!(
-        "garuda: cannot execute {}: {}\n",
-        garuda_text::visible_os(program),
-        std::io::Error::from_raw_os_error(errno)
-    );
-    let mut stderr = Captured::default();
-    match stdio {
-        StdioMode::Capture => stderr.bytes = msg.into_bytes(),
-        StdioMode::Inherit => eprint!("{msg}"),
-    }
-    Outcome {
-        status: ExitStatus::Code(if errno == libc::ENOENT { 127 } else { 126 }),
-        stdout: Captured::default(),
-        stderr,
-        duration: start.elapsed(),
-        lookups: crate::dnsstub::Lookups::default(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
 
     /// "install bubblewrap" only where it is missing: where it is installed and cannot run,
     /// the advice is about namespaces.
@@ -319,23 +189,6 @@ mod tests {
              user.max_user_namespaces > 0) so that bubblewrap (installed, but it cannot run \
              here: see why above) or the native Landlock executor (Linux 6.14 or later) can \
              run; `garuda doctor` shows what is missing"
-        );
-    }
-
-    #[test]
-    fn program_resolution_uses_sandbox_path() {
-        let env = vec![(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))];
-        assert_eq!(
-            resolve_program(OsStr::new("sh"), &env).parent(),
-            Some(Path::new("/usr/bin"))
-        );
-        assert_eq!(
-            resolve_program(OsStr::new("./x"), &env),
-            PathBuf::from("./x")
-        );
-        assert_eq!(
-            resolve_program(OsStr::new("no-such-garuda-prog"), &env),
-            PathBuf::from("no-such-garuda-prog")
         );
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use garuda_policy::network::{Refusal, RefusalReason, TargetHost};
 
 use super::resolve::ResolveError;
-use super::scope::ScopeState;
+use super::scope_state::ScopeState;
 use super::{AskAnswer, Shared, UnknownHost};
 
 /// Why [`admit`] did not return addresses.

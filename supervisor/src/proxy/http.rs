@@ -38,7 +38,7 @@ use tokio::sync::watch;
 
 use super::gate::{self, Denied};
 use super::idle::IdleTimeout;
-use super::scope::ScopeState;
+use super::scope_state::ScopeState;
 use super::upstream::{UpstreamFailure, PROXY_STATUS_HEADER};
 use super::Shared;
 

@@ -56,7 +56,7 @@
 //! [`ProxyLimits`]: connections per scope (the listener stops accepting while full), request
 //! header bytes and count, a header read timeout (slow-loris), an idle timeout on every
 //! connection and tunnel, connect and DNS timeouts, and at most
-//! [`MAX_BLOCKED_ENTRIES`](scope::MAX_BLOCKED_ENTRIES) blocked hosts recorded per scope. Every
+//! [`MAX_BLOCKED_ENTRIES`](scope_state::MAX_BLOCKED_ENTRIES) blocked hosts recorded per scope. Every
 //! task of a scope is owned by its accept loop, so closing the scope frees every descriptor.
 //!
 //! # What it does not do
@@ -71,6 +71,7 @@ mod http;
 mod idle;
 pub mod resolve;
 pub mod scope;
+pub mod scope_state;
 pub mod upstream;
 
 use std::collections::HashSet;
@@ -84,7 +85,8 @@ use std::time::Duration;
 use garuda_policy::network::Allowlist;
 
 pub use resolve::{ResolveError, Resolver};
-pub use scope::{Blocked, BlockedHosts, CommandScope, ListenAddr};
+pub use scope::{CommandScope, ListenAddr};
+pub use scope_state::{Blocked, BlockedHosts};
 pub use upstream::{FailureKind, Unreachable, UnreachableHosts, UpstreamFailure};
 
 /// What the user answered about a host that is not in the allowlist.

@@ -245,9 +245,9 @@ pub struct Unreachable {
 impl fmt::Display for Unreachable {
     /// `127.0.0.1:9 (connection refused)`, `, N times` when there were several; the port is
     /// shown when it is not 80 or 443. Printed as the blocked hosts are (see
-    /// [`super::scope::Blocked`]'s `Display`).
+    /// [`super::scope_state::Blocked`]'s `Display`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let host = super::scope::entry_host(&self.host);
+        let host = entry_host(&self.host);
         if DEFAULT_PORTS.contains(&self.port) {
             write!(f, "{host} (")?;
         } else {
@@ -260,6 +260,21 @@ impl fmt::Display for Unreachable {
         }
         f.write_str(")")
     }
+}
+
+/// A host as one entry of a `host (reason), host (reason)` line (the could-not-reach line here,
+/// the blocked line of [`super::scope_state`]): [`garuda_text::visible`],
+/// and a comma or a parenthesis, which no host name holds, as `\u{…}` too, so that one host
+/// cannot read as two entries.
+pub(crate) fn entry_host(host: &str) -> String {
+    let mut host = garuda_text::visible(host).into_owned();
+    if host.contains([',', '(', ')']) {
+        host = host
+            .replace(',', "\\u{002c}")
+            .replace('(', "\\u{0028}")
+            .replace(')', "\\u{0029}");
+    }
+    host
 }
 
 /// Every allowed host that could not be reached during one command, in the order of first
