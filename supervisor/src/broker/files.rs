@@ -26,15 +26,16 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use garuda_ipc::{Answer, ErrorCode, PathError, ProjectPath, Request};
-use garuda_policy::engine::{Context, Decision, Engine, Request as PolicyRequest, Verdict};
+use garuda_policy::engine::{Context, Decision, Engine, Verdict};
 use rustix::fs::{Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
+pub use super::judge::Tool;
+use super::judge::{decide, error};
 use super::resolve::{self, Found, Meta, Parent, ProjectRoot, ResolveError};
 use super::search::{self, Search};
 
@@ -63,43 +64,6 @@ const NEW_FILE_MODE: u32 = 0o644;
 
 /// A new folder's mode before the umask.
 const NEW_DIR_MODE: u32 = 0o755;
-
-/// Which file tool; also the permission engine's tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tool {
-    /// `read_file`.
-    ReadFile,
-    /// `write_file`.
-    WriteFile,
-    /// `edit_file`.
-    EditFile,
-    /// `glob` (judged as reading its folder).
-    Glob,
-    /// `grep` (judged as reading its folder or file).
-    Grep,
-}
-
-impl Tool {
-    /// The tool's name on the wire.
-    pub fn name(self) -> &'static str {
-        match self {
-            Tool::ReadFile => "read_file",
-            Tool::WriteFile => "write_file",
-            Tool::EditFile => "edit_file",
-            Tool::Glob => "glob",
-            Tool::Grep => "grep",
-        }
-    }
-
-    fn policy_request(self, rel: &str) -> PolicyRequest {
-        let path = PathBuf::from(if rel.is_empty() { "." } else { rel });
-        match self {
-            Tool::ReadFile | Tool::Glob | Tool::Grep => PolicyRequest::ReadFile { path },
-            Tool::WriteFile => PolicyRequest::WriteFile { path },
-            Tool::EditFile => PolicyRequest::EditFile { path },
-        }
-    }
-}
 
 /// The answer to a request, and the permission engine's decision when one was made (`None`:
 /// refused before the policy, for a malformed or unresolvable path).
@@ -643,27 +607,6 @@ impl FileTools {
     }
 }
 
-/// The strictest of the engine's decisions on the path as written and where it leads.
-pub(crate) fn decide(
-    engine: &Engine<'_>,
-    ctx: &Context,
-    tool: Tool,
-    written: &str,
-    resolved: &str,
-) -> Decision {
-    let at_target = engine.decide(&tool.policy_request(resolved), ctx);
-    if written == resolved {
-        return at_target;
-    }
-    let as_written = engine.decide(&tool.policy_request(written), ctx);
-    // Deny < Ask < Allow; on a tie the target's reason (it names the real file) is kept.
-    if as_written.verdict < at_target.verdict {
-        as_written
-    } else {
-        at_target
-    }
-}
-
 /// `edit_file`'s change: `old` exactly once (or every time with `replace_all`).
 fn edit(
     path: &str,
@@ -754,15 +697,6 @@ fn read_capped(file: std::fs::File, path: &str) -> Result<Vec<u8>, Answer> {
         return Err(too_large(bytes.len() as u64));
     }
     Ok(bytes)
-}
-
-/// Text is UTF-8 without a NUL byte; anything else is binary to the file tools (a lossy
-/// conversion would be written back as replacement characters by the next edit).
-pub(crate) fn as_text(bytes: &[u8]) -> Option<&str> {
-    if bytes.contains(&0) {
-        return None;
-    }
-    std::str::from_utf8(bytes).ok()
 }
 
 /// Lines in `text`: newlines, plus one for a last line without its newline.
@@ -970,14 +904,6 @@ fn errno_of(e: &std::io::Error) -> Errno {
 // Answers
 // ---------------------------------------------------------------------------------------
 
-/// An error answer; the message is escaped for display (`garuda-text`).
-pub(crate) fn error(code: ErrorCode, message: impl AsRef<str>) -> Answer {
-    Answer::Error {
-        code,
-        message: garuda_text::visible(message.as_ref()).into_owned(),
-    }
-}
-
 /// A path in a message (escaped with the rest of the message by [`error`]); the root is `.`.
 pub(crate) fn shown(path: &str) -> &str {
     if path.is_empty() {
@@ -1106,6 +1032,7 @@ fn not_text(path: &str) -> Answer {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::super::judge::as_text;
     use super::*;
 
     #[test]

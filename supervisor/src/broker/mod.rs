@@ -12,6 +12,8 @@
 //!   of it, each returning its answer with the engine's decision for the audit log;
 //! - [`host`]: the tool host of a session: file tools, commands through `garuda sandbox`, the
 //!   journal; "ask" verdicts go to the supervisor's approver, never to the agent;
+//! - `judge`: what `files` and `search` share (the tool, the engine's judgement of a path,
+//!   what is text, error answers);
 //! - `search`: the walk, glob and regular-expression half of `glob` and `grep`.
 //!
 //! `docs/ipc.md` lists the messages, states and checks; `docs/broker.md` gives the file
@@ -19,6 +21,7 @@
 
 pub mod files;
 pub mod host;
+mod judge;
 pub mod resolve;
 mod search;
 pub mod server;

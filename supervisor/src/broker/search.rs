@@ -22,7 +22,7 @@ use garuda_policy::engine::{Context, Engine, Verdict};
 use globset::{GlobBuilder, GlobMatcher};
 use regex::{Regex, RegexBuilder};
 
-use super::files::{self, error, Tool};
+use super::judge::{self, error, Tool};
 use super::resolve::{Found, ProjectRoot};
 
 /// Most paths one `glob` returns.
@@ -332,7 +332,7 @@ fn verified(
     if found.resolved.split('/').any(|c| c == ".git") {
         return None;
     }
-    let decision = files::decide(engine, ctx, tool, rel, &found.resolved);
+    let decision = judge::decide(engine, ctx, tool, rel, &found.resolved);
     (decision.verdict >= least).then_some(found)
 }
 
@@ -364,7 +364,7 @@ fn grep_file(
         return true;
     }
     out.read_bytes += bytes.len() as u64;
-    let Some(text) = files::as_text(&bytes) else {
+    let Some(text) = judge::as_text(&bytes) else {
         // Binary files are not searched.
         return true;
     };
