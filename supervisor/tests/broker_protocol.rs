@@ -412,3 +412,36 @@ fn a_frame_that_stalls_half_sent_is_a_violation() {
     );
     assert_eq!(world.close_and_verify().len(), 1);
 }
+
+/// End to end: the real confined agent (spawned as the supervisor spawns it) says `hello` to
+/// the real broker, gets `start`, and exits 0 on `shutdown`; nobody is killed and nothing is
+/// recorded as a violation.
+#[test]
+fn the_confined_agent_and_the_broker_shake_hands() {
+    use garuda_supervisor::agent::spawn::{spawn_agent, AgentExit, AgentSpawn};
+    let world = World::new();
+    let mut agent = spawn_agent(AgentSpawn {
+        exe: Some(common::garuda()),
+        args: vec![],
+        proxy: None,
+    })
+    .expect("the agent starts (this machine confines it: see garuda doctor)");
+    let channel = agent.take_channel().unwrap();
+    let agent = Arc::new(std::sync::Mutex::new(agent));
+    let killed = Arc::new(AtomicBool::new(false));
+    let (k, a) = (killed.clone(), agent.clone());
+    let kill = Box::new(move || {
+        k.store(true, Ordering::SeqCst);
+        let _ = a.lock().unwrap().kill();
+    });
+    let broker = Broker::accept(channel, &start(), world.audit.clone(), kill).unwrap();
+    assert_eq!(broker.state(), State::Idle);
+    broker.shutdown().unwrap();
+    let agent = Arc::try_unwrap(agent).unwrap().into_inner().unwrap();
+    match agent.wait().unwrap() {
+        AgentExit::Code(0) => {}
+        other => panic!("the agent ended {other:?}"),
+    }
+    assert!(!killed.load(Ordering::SeqCst));
+    assert!(world.close_and_verify().is_empty());
+}
