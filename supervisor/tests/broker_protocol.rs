@@ -150,6 +150,19 @@ fn serve(
     thread::JoinHandle<Result<State, BrokerError>>,
     Arc<AtomicBool>,
 ) {
+    serve_with(world, turn, EchoTools(vec![]))
+}
+
+/// [`serve`] with the tool host `tools`.
+fn serve_with(
+    world: &World,
+    turn: bool,
+    mut tools: impl ToolHost + Send + 'static,
+) -> (
+    UnixStream,
+    thread::JoinHandle<Result<State, BrokerError>>,
+    Arc<AtomicBool>,
+) {
     let (client, server) = UnixStream::pair().unwrap();
     let killed = Arc::new(AtomicBool::new(false));
     let k = killed.clone();
@@ -158,7 +171,6 @@ fn serve(
         let kill = Box::new(move || k.store(true, Ordering::SeqCst));
         let mut broker = Broker::accept(server, &start(), audit, kill)?;
         if turn {
-            let mut tools = EchoTools(vec![]);
             let cancel = AtomicBool::new(false);
             broker.turn("go", &mut tools, &mut |_: &UiEvent| {}, &cancel)?;
         }
@@ -444,4 +456,146 @@ fn the_confined_agent_and_the_broker_shake_hands() {
     }
     assert!(!killed.load(Ordering::SeqCst));
     assert!(world.close_and_verify().is_empty());
+}
+
+/// Answers each request with a text of the next size in its list.
+struct BigTools(Vec<usize>);
+
+impl ToolHost for BigTools {
+    fn call(&mut self, _: &Request) -> (Answer, Option<Value>) {
+        let bytes = self.0.remove(0);
+        (
+            Answer::FileText {
+                text: "x".repeat(bytes),
+                first_line: 1,
+                total_lines: 1,
+                unchanged: false,
+            },
+            Some(json!({"tool": "read_file"})),
+        )
+    }
+}
+
+/// Waits for the broker's thread, failing (rather than hanging the suite) if it is stuck.
+fn finished<T>(handle: &thread::JoinHandle<T>) {
+    for _ in 0..600 {
+        if handle.is_finished() {
+            return;
+        }
+        thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("the broker is still blocked a minute later");
+}
+
+/// An agent that asks for a large answer and never reads it would fill the socket's buffer
+/// and hold the supervisor in its write forever: the write has the frame deadline, then it
+/// is a violation. Negative control: a client that reads gets the same answer whole.
+#[test]
+fn an_agent_that_never_reads_its_answer_is_a_violation() {
+    let world = World::new();
+    let big = 4 * 1024 * 1024;
+    let (mut client, handle, killed) = serve_with(&world, true, BigTools(vec![big]));
+    open(&mut client, true);
+    send(&mut client, &read_file(1, "a"));
+    // ... and never read again.
+    finished(&handle);
+    assert_violation(
+        "never reads",
+        client,
+        handle,
+        &killed,
+        "the agent did not read a frame sent to it",
+    );
+
+    let (mut client, handle, killed) = serve_with(&world, true, BigTools(vec![big]));
+    open(&mut client, true);
+    send(&mut client, &read_file(1, "a"));
+    match receive(&mut client) {
+        SupervisorFrame::Answer {
+            id: 1,
+            answer: Answer::FileText { text, .. },
+        } => assert_eq!(text.len(), big),
+        other => panic!("{other:?}"),
+    }
+    send(
+        &mut client,
+        &AgentFrame::TurnEnd {
+            reason: StopReason::Done,
+            usage: Usage::default(),
+        },
+    );
+    assert_eq!(handle.join().unwrap().unwrap(), State::Idle);
+    assert!(!killed.load(Ordering::SeqCst));
+    assert_eq!(world.close_and_verify().len(), 1);
+}
+
+/// An answer whose frame would be over the cap is not a reason to end the session unaudited:
+/// the agent gets a `too_large` error answer and the turn goes on. Control: the next answer,
+/// within the cap, arrives whole.
+#[test]
+fn an_answer_over_the_frame_cap_is_an_error_answer() {
+    let world = World::new();
+    let tools = BigTools(vec![MAX_FRAME_BYTES, 1024 * 1024]);
+    let (mut client, handle, killed) = serve_with(&world, true, tools);
+    open(&mut client, true);
+    send(&mut client, &read_file(1, "a"));
+    match receive(&mut client) {
+        SupervisorFrame::Answer {
+            id: 1,
+            answer: Answer::Error { code, message },
+        } => {
+            assert_eq!(code, garuda_ipc::ErrorCode::TooLarge);
+            assert!(
+                message.contains("over the channel's frame cap"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    send(&mut client, &read_file(2, "a"));
+    match receive(&mut client) {
+        SupervisorFrame::Answer {
+            id: 2,
+            answer: Answer::FileText { text, .. },
+        } => assert_eq!(text.len(), 1024 * 1024),
+        other => panic!("{other:?}"),
+    }
+    send(
+        &mut client,
+        &AgentFrame::TurnEnd {
+            reason: StopReason::Done,
+            usage: Usage::default(),
+        },
+    );
+    assert_eq!(handle.join().unwrap().unwrap(), State::Idle);
+    assert!(!killed.load(Ordering::SeqCst));
+    assert!(world.close_and_verify().is_empty());
+}
+
+/// The reason of a violation quotes what the agent sent (an unknown variant's name): it is
+/// escaped before it reaches the error the user is shown, so the agent cannot write terminal
+/// escapes there. Control: the parser's own message carries the raw escape.
+#[test]
+fn a_violation_reason_carries_no_terminal_escape() {
+    let world = World::new();
+    let body = br#"{"type":"request","id":1,"request":{"tool":"\u001b]0;owned\u0007"}}"#;
+    let raw = decode::<AgentFrame>(body).unwrap_err().to_string();
+    assert!(raw.contains('\u{1b}'), "{raw:?}");
+    let (mut client, handle, killed) = serve(&world, true);
+    open(&mut client, true);
+    client
+        .write_all(&u32::try_from(body.len()).unwrap().to_be_bytes())
+        .unwrap();
+    client.write_all(body).unwrap();
+    let result = handle.join().unwrap();
+    match &result {
+        Err(e @ BrokerError::Violation { reason, .. }) => {
+            assert!(reason.contains("unknown variant"), "{reason}");
+            assert!(!reason.contains(['\u{1b}', '\u{7}']), "{reason:?}");
+            assert!(!e.to_string().contains('\u{1b}'), "{e}");
+        }
+        other => panic!("expected a violation, got {other:?}"),
+    }
+    assert!(killed.load(Ordering::SeqCst));
+    assert_eq!(world.close_and_verify().len(), 1);
 }

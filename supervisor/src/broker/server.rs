@@ -2,7 +2,8 @@
 //! ([`super::state`]), hands allowed tool requests to a [`ToolHost`], answers, and records.
 //!
 //! Fail closed: a frame that does not parse, a length outside the cap, a frame that stalls
-//! half-sent, or a frame the table does not allow in the current state is a protocol
+//! half-sent (either way: one the agent does not read is as bad as one it does not finish),
+//! or a frame the table does not allow in the current state is a protocol
 //! violation. The broker then audits it (state, frame, reason), kills the agent through the
 //! [`Killer`] it was given, closes the socket and returns [`BrokerError::Violation`] so the
 //! caller can tell the user. A request the policy refuses is not a violation: the tool host
@@ -95,6 +96,8 @@ pub struct Broker<A: AuditSink> {
     outbuf: Vec<u8>,
     /// The socket's read timeout is set to the poll interval.
     polling: bool,
+    /// The socket's write timeout is set to the poll interval.
+    write_timeout: bool,
 }
 
 impl<A: AuditSink> Broker<A> {
@@ -113,6 +116,7 @@ impl<A: AuditSink> Broker<A> {
             inbuf: Vec::new(),
             outbuf: Vec::new(),
             polling: false,
+            write_timeout: false,
         };
         let deadline = Instant::now() + HELLO_DEADLINE;
         let frame = match broker.next_frame(None, Some(deadline))? {
@@ -203,7 +207,7 @@ impl<A: AuditSink> Broker<A> {
                         answer
                     };
                     requests += 1;
-                    self.send(&SupervisorFrame::Answer { id, answer })?;
+                    self.send_answer(id, answer)?;
                 }
                 AgentFrame::Ui { event } => ui(&event),
                 AgentFrame::TurnEnd { reason, usage } => {
@@ -244,7 +248,7 @@ impl<A: AuditSink> Broker<A> {
             match frame {
                 AgentFrame::Request { id, request } => {
                     let (answer, _) = tools.call(&request);
-                    self.send(&SupervisorFrame::Answer { id, answer })?;
+                    self.send_answer(id, answer)?;
                 }
                 // `admit` lets only the journal through while idle.
                 _ => return Err(self.violation("not allowed while idle".into(), Some(kind))),
@@ -365,32 +369,87 @@ impl<A: AuditSink> Broker<A> {
         }
     }
 
+    /// Sends the answer to request `id`. An answer whose frame would be over the cap (a
+    /// thousand long paths full of escaped control characters can be) becomes an error
+    /// answer the model can read, rather than an unaudited end of the session.
+    fn send_answer(&mut self, id: u64, answer: Answer) -> Result<(), BrokerError> {
+        match encode_into(&mut self.outbuf, &SupervisorFrame::Answer { id, answer }) {
+            Ok(()) => self.write_out(),
+            Err(FrameError::TooLarge(bytes)) => self.send(&SupervisorFrame::Answer {
+                id,
+                answer: Answer::Error {
+                    code: ErrorCode::TooLarge,
+                    message: format!(
+                        "the answer is {bytes} bytes, over the channel's frame cap: ask for less"
+                    ),
+                },
+            }),
+            Err(e) => Err(BrokerError::Channel(std::io::Error::other(e.to_string()))),
+        }
+    }
+
     fn send(&mut self, frame: &SupervisorFrame) -> Result<(), BrokerError> {
         // Only the supervisor's own frames are written: one over the cap is its bug, and the
         // conversation cannot go on in step.
         encode_into(&mut self.outbuf, frame)
             .map_err(|e| BrokerError::Channel(std::io::Error::other(e.to_string())))?;
-        match self.stream.write_all(&self.outbuf) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::BrokenPipe => Err(BrokerError::Closed(self.state)),
-            Err(e) => Err(BrokerError::Channel(e)),
+        self.write_out()
+    }
+
+    /// Writes `outbuf` whole. An agent that never reads its end would otherwise hold the
+    /// supervisor in a blocking write forever once the socket's buffer is full (a large
+    /// answer): a frame must be taken whole within [`FRAME_DEADLINE`], as one sent to the
+    /// broker must arrive whole within it.
+    fn write_out(&mut self) -> Result<(), BrokerError> {
+        if !self.write_timeout {
+            // Set once, as the read timeout: each write then blocks at most the poll interval.
+            self.stream
+                .set_write_timeout(Some(POLL))
+                .map_err(BrokerError::Channel)?;
+            self.write_timeout = true;
         }
+        let began = Instant::now();
+        let mut sent = 0;
+        while sent < self.outbuf.len() {
+            if began.elapsed() >= FRAME_DEADLINE {
+                return Err(
+                    self.violation("the agent did not read a frame sent to it".into(), None)
+                );
+            }
+            match self.stream.write(&self.outbuf[sent..]) {
+                Ok(0) => return Err(BrokerError::Closed(self.state)),
+                Ok(n) => sent += n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) => {}
+                Err(e) if e.kind() == ErrorKind::BrokenPipe => {
+                    return Err(BrokerError::Closed(self.state))
+                }
+                Err(e) => return Err(BrokerError::Channel(e)),
+            }
+        }
+        Ok(())
     }
 
     fn record(&mut self, kind: &str, event: Value) -> Result<(), BrokerError> {
         self.audit.record(kind, event).map_err(BrokerError::Audit)
     }
 
-    /// Kills the agent, closes the channel, audits the violation and returns it.
+    /// Kills the agent, closes the channel, audits the violation and returns it. The reason
+    /// can quote what the agent sent (a parser's "unknown variant `…`"), so it is escaped
+    /// here, once, for the audit line and for the error the user is shown.
     fn violation(&mut self, reason: String, kind: Option<Kind>) -> BrokerError {
         (self.kill)();
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
         let state = self.state;
         self.state = State::Closed;
+        let reason = garuda_text::visible(&reason).into_owned();
         let event = json!({
             "state": format!("{state:?}"),
             "frame": kind.map(|k| format!("{k:?}")),
-            "reason": garuda_text::visible(&reason),
+            "reason": reason,
         });
         if let Err(e) = self.audit.record("protocol_violation", event) {
             return BrokerError::Audit(format!(
