@@ -464,3 +464,43 @@ fn outside_the_sandbox_without_strict_asks_and_runs_on_the_host_after_a_yes() {
     assert!(marker.exists(), "the command did not run on the host");
     assert_eq!(yes.tool_calls[0]["user_answer"], "yes");
 }
+
+/// A command line with a NUL byte can never run as written (no argument carries one): it is
+/// an `invalid_argument` answer, audited, and the user is not asked about it. Negative
+/// control: the same line without the NUL is asked and runs.
+#[test]
+fn a_command_line_with_a_nul_byte_is_refused_before_anyone_is_asked() {
+    let w = world();
+    let r = converse(
+        &w,
+        "",
+        true,
+        vec![run("echo a\0b", false), run("echo ab", false)],
+    );
+    match &r.answers[0].1 {
+        Answer::Error { code, message } => {
+            assert_eq!(*code, ErrorCode::InvalidArgument, "{message}");
+            assert!(message.contains("NUL byte"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        r.asked.iter().all(|q| !q.target.contains('\0')),
+        "{:?}",
+        r.asked
+    );
+    assert_eq!(
+        r.tool_calls[0]["target"], "echo a\\x00b",
+        "{:?}",
+        r.tool_calls[0]
+    );
+    assert_eq!(r.tool_calls[0]["refused_before_policy"], true);
+    match &r.answers[1].1 {
+        Answer::CommandDone(done) => {
+            assert_eq!(done.exit_code, Some(0), "{done:?}");
+            assert!(done.output.contains("ab"), "{done:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(r.tool_calls.len(), 2);
+}

@@ -20,6 +20,7 @@ use garuda_policy::engine::{Context, Decision, Engine, Request as PolicyRequest,
 use serde_json::{json, Value};
 
 use super::files::FileTools;
+use super::judge::error;
 use super::server::{tool_name, ToolHost};
 
 /// Most bytes of a command's output handed back to the model.
@@ -33,9 +34,10 @@ pub const MAX_JOURNAL_RECORD: usize = 1024 * 1024;
 pub struct Approval {
     /// The tool (`write_file`, `run_command`…).
     pub tool: &'static str,
-    /// Its target: a path or a command line, as the model wrote it.
+    /// Its target: a path or a command line, as the model wrote it (so it may hold newlines
+    /// and terminal escapes: the approver escapes it, `garuda-text`, before showing it).
     pub target: String,
-    /// Why the engine asks.
+    /// Why the engine asks (it may quote the target: escaped the same way).
     pub reason: String,
 }
 
@@ -129,6 +131,22 @@ impl<'a> SessionTools<'a> {
             line: line.to_owned(),
             outside_sandbox,
         };
+        if line.contains('\0') {
+            // No argument can carry a NUL: refused before the engine or the user is asked
+            // about a line that could never run as written.
+            let event = json!({
+                "tool": "run_command",
+                "target": garuda_text::visible(line),
+                "refused_before_policy": true,
+            });
+            return (
+                error(
+                    ErrorCode::InvalidArgument,
+                    "the command line has a NUL byte, which no argument can carry",
+                ),
+                Some(event),
+            );
+        }
         if outside_sandbox && self.strict {
             let event = json!({
                 "tool": "run_command",
@@ -175,7 +193,7 @@ impl<'a> SessionTools<'a> {
                 _ => (ErrorCode::Denied, "the policy denies it"),
             };
             return (
-                error(code, &format!("{why}: {}", decision.reason)),
+                error(code, format!("{why}: {}", decision.reason)),
                 Some(event),
             );
         }
@@ -187,7 +205,7 @@ impl<'a> SessionTools<'a> {
                 }
                 Answer::CommandDone(done)
             }
-            Err(e) => error(ErrorCode::Io, &format!("cannot start garuda sandbox: {e}")),
+            Err(e) => error(ErrorCode::Io, format!("cannot start garuda sandbox: {e}")),
         };
         (answer, Some(event))
     }
@@ -255,7 +273,7 @@ impl<'a> SessionTools<'a> {
         line.push(b'\n');
         match journal.write_all(&line) {
             Ok(()) => Answer::Stored,
-            Err(e) => error(ErrorCode::Io, &format!("cannot write the journal: {e}")),
+            Err(e) => error(ErrorCode::Io, format!("cannot write the journal: {e}")),
         }
     }
 }
@@ -299,13 +317,6 @@ fn read_capped<R: Read>(pipe: Option<R>) -> (Vec<u8>, bool) {
         }
     }
     (kept, cut)
-}
-
-fn error(code: ErrorCode, message: &str) -> Answer {
-    Answer::Error {
-        code,
-        message: message.to_owned(),
-    }
 }
 
 /// The audit event of one tool request: what was asked (target escaped), the engine's
