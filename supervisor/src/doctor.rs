@@ -155,11 +155,12 @@ fn probe_cache_check(live: &[Probe]) -> Check {
         .map(|p| (p.kind, p.available, p.detail.clone()))
         .collect();
     cache.replace(&live_answers);
-    cache.save();
-    let detail = format!(
-        "{}: {found}; rewritten from this probe",
-        garuda_text::visible_path(&path)
-    );
+    let written = if cache.save() {
+        "rewritten from this probe"
+    } else {
+        "not written (no Garuda home yet, or its cache folder is not usable)"
+    };
+    let detail = format!("{}: {found}; {written}", garuda_text::visible_path(&path));
     if wrong.is_empty() {
         check("executor probe cache", Ok(detail))
     } else {

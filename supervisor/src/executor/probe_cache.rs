@@ -441,12 +441,13 @@ impl ProbeCache {
     }
 
     /// Write the file when it was missing, stale or malformed, or this run learned something.
-    pub fn save(&mut self) {
+    /// False when it had to be written and could not be (no Garuda home yet, say).
+    pub fn save(&mut self) -> bool {
         let Some(home) = self.home.as_deref() else {
-            return;
+            return false;
         };
         if !self.dirty {
-            return;
+            return true;
         }
         let file = CacheFile {
             version: VERSION,
@@ -464,6 +465,7 @@ impl ProbeCache {
         if write(home, &file).is_ok() {
             self.dirty = false;
         }
+        !self.dirty
     }
 
     /// The file's path (`None`: no Garuda home).

@@ -147,7 +147,8 @@ pub fn select_executor_cached(
 ) -> Result<Selection, ExecError> {
     let mut cache = ProbeCache::load(home);
     let picked = select_from(choice, |k| lookup(&mut cache, k));
-    cache.save();
+    // Best effort: a cache that cannot be written is only a slower next run.
+    let _ = cache.save();
     let (kind, cached, mut reason) = picked?;
     let executor = match (cached, home) {
         (true, Some(home)) => {
@@ -172,7 +173,7 @@ pub fn strongest_available_cached(home: Option<&Path>) -> Option<ExecutorKind> {
     let strongest = ExecutorKind::ALL
         .into_iter()
         .find(|k| lookup(&mut cache, *k).0.available);
-    cache.save();
+    let _ = cache.save();
     strongest
 }
 
