@@ -124,9 +124,18 @@ fn probe_cache_check(live: &[Probe]) -> Check {
         .ok()
         .map(|h| h.garuda_home);
     let mut cache = ProbeCache::load(home.as_deref());
-    let Some(path) = cache.path() else {
+    let (Some(path), Some(home)) = (cache.path(), home) else {
         return check("executor probe cache", Ok("no Garuda home".into()));
     };
+    if !home.is_dir() {
+        return check(
+            "executor probe cache",
+            Ok(format!(
+                "none yet ({} does not exist; the first run makes it)",
+                garuda_text::visible_path(&home)
+            )),
+        );
+    }
     let wrong: Vec<String> = live
         .iter()
         .filter(|p| !p.available && cache.cached(p.kind).is_some())
@@ -198,7 +207,6 @@ pub fn report() -> Report {
         ),
         check("overlayfs in a user namespace", overlay_in_userns()),
         check("staging backend (auto)", staging_backend()),
-        cache,
         check("seccomp", seccomp_filter()),
         check("pid_max per namespace", pid_max_namespaced()),
         check(
@@ -207,6 +215,7 @@ pub fn report() -> Report {
                 format!("the agent cannot be confined here ({why}); it will not be started")
             }),
         ),
+        cache,
     ];
     Report {
         executors,
