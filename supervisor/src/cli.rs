@@ -595,7 +595,7 @@ pub(crate) fn describe_error(e: &anyhow::Error) -> String {
 
 /// A project file may require a sandbox, never a weaker one than `auto` would pick here: a
 /// cloned repository must not be able to trade Landlock for a lesser executor.
-fn refuse_weaker_project_executor(choice: ExecutorChoice, file: &Path) -> Result<()> {
+fn refuse_weaker_project_executor(choice: ExecutorChoice, file: &Path, home: &Path) -> Result<()> {
     let named = match choice {
         ExecutorChoice::Auto => return Ok(()),
         ExecutorChoice::Landlock => ExecutorKind::Landlock,
@@ -604,15 +604,13 @@ fn refuse_weaker_project_executor(choice: ExecutorChoice, file: &Path) -> Result
         ExecutorChoice::Host => ExecutorKind::Host,
     };
     let rank = |k: ExecutorKind| ExecutorKind::ALL.iter().position(|x| *x == k);
-    let strongest = executor::probe_executors()
-        .into_iter()
-        .find(|p| p.available);
-    if let Some(best) = strongest {
-        if rank(named) > rank(best.kind) {
+    // The probe cache only adds positives: it can make this stricter, never looser.
+    if let Some(best) = executor::select::strongest_available_cached(Some(home)) {
+        if rank(named) > rank(best) {
             bail!(
                 "{} asks for executor {named}, weaker than {} which this machine has; a project file can only tighten the sandbox",
                 file.display(),
-                best.kind
+                best
             );
         }
     }
@@ -665,6 +663,7 @@ fn too_broad_hint(from: &ProjectFrom, project: &Path) -> String {
 fn select_for_policy(
     choice: ExecutorChoice,
     settings: &EffectiveSettings,
+    garuda_home: &Path,
 ) -> Result<executor::Selection> {
     let required_by = || {
         settings
@@ -672,7 +671,7 @@ fn select_for_policy(
             .as_ref()
             .map_or_else(|| "the policy".to_string(), |o| o.to_string())
     };
-    match executor::select_executor(choice) {
+    match executor::select::select_executor_cached(choice, Some(garuda_home)) {
         Ok(s) if s.executor.kind() == ExecutorKind::Host && settings.require_sandbox => {
             bail!(
                 "an OS sandbox is required (profile {}, {}) and none is available here, so \
@@ -779,7 +778,7 @@ fn policy_command(project: Option<PathBuf>, json: bool, action: Option<PolicyCmd
             let notices = garuda_policy::check_writable(&settings, &host)?;
             print_notices(&notices);
             let entries = garuda_policy::describe(&settings);
-            let implied = implied_executor(&settings);
+            let implied = implied_executor(&settings, &host.garuda_home);
             if json {
                 let out = serde_json::json!({
                     "project": project,
@@ -878,8 +877,8 @@ fn visible_entry(e: &garuda_policy::Entry) -> garuda_policy::Entry {
 }
 
 /// The executor the effective policy gets on this machine, or why none.
-fn implied_executor(settings: &EffectiveSettings) -> String {
-    match select_for_policy(settings.executor, settings) {
+fn implied_executor(settings: &EffectiveSettings, garuda_home: &Path) -> String {
+    match select_for_policy(settings.executor, settings, garuda_home) {
         Ok(s) => s.reason,
         Err(e) => format!("none: {e:#}"),
     }
@@ -1301,7 +1300,7 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
     let choice = settings.executor;
     if let Some(origin) = &settings.executor_origin {
         if origin.kind == SourceKind::Project {
-            refuse_weaker_project_executor(settings.executor, &origin.path)?;
+            refuse_weaker_project_executor(settings.executor, &origin.path, &host.garuda_home)?;
         }
     }
     let (mut policy, notices) = garuda_policy::build_exec_policy_noting(&project, &settings, &host)
@@ -1323,7 +1322,7 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
     if let Some(secs) = timeout {
         policy.limits.timeout = Some(Duration::from_secs(secs));
     }
-    let selection = select_for_policy(choice, &settings)?;
+    let selection = select_for_policy(choice, &settings, &host.garuda_home)?;
     if selection.executor.kind() == ExecutorKind::Host {
         if staged {
             bail!(staged_on_host_error(&settings));

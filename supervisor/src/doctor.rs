@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::executor::probe_cache::{self, ProbeCache, State};
 use crate::executor::{landlock, probe_executors, Probe};
 use crate::sys;
 
@@ -114,9 +115,72 @@ fn pid_max_namespaced() -> Result<String, String> {
     }
 }
 
+/// Whether the executor probe cache of Garuda's home agrees with this live probe; then the
+/// cache is rewritten with this probe's positives (so `garuda doctor` also repairs a stale or
+/// planted cache). Not ok only where runs would believe the cache and fail: it says an
+/// executor is available that the live probe finds unavailable.
+fn probe_cache_check(live: &[Probe]) -> Check {
+    let home = garuda_policy::HostEnv::from_vars(std::env::vars_os().collect())
+        .ok()
+        .map(|h| h.garuda_home);
+    let mut cache = ProbeCache::load(home.as_deref());
+    let (Some(path), Some(home)) = (cache.path(), home) else {
+        return check("executor probe cache", Ok("no Garuda home".into()));
+    };
+    if !home.is_dir() {
+        return check(
+            "executor probe cache",
+            Ok(format!(
+                "none yet ({} does not exist; the first run makes it)",
+                garuda_text::visible_path(&home)
+            )),
+        );
+    }
+    let wrong: Vec<String> = live
+        .iter()
+        .filter(|p| !p.available && cache.cached(p.kind).is_some())
+        .map(|p| p.kind.to_string())
+        .collect();
+    let unlisted: Vec<String> = live
+        .iter()
+        .filter(|p| p.available && probe_cache::cacheable(p.kind) && cache.cached(p.kind).is_none())
+        .map(|p| p.kind.to_string())
+        .collect();
+    let state = cache.state.clone();
+    let found = match &state {
+        State::Current if !wrong.is_empty() => format!(
+            "DISAGREES: it says {} available, which this probe finds unavailable (runs would fail at setup with exit 125)",
+            wrong.join(" and ")
+        ),
+        State::Current if !unlisted.is_empty() => format!(
+            "agrees (it does not list {} yet: runs probe it live)",
+            unlisted.join(" and ")
+        ),
+        State::Current => "agrees with this probe".to_string(),
+        other => other.describe(),
+    };
+    let live_answers: Vec<_> = live
+        .iter()
+        .map(|p| (p.kind, p.available, p.detail.clone()))
+        .collect();
+    cache.replace(&live_answers);
+    let written = if cache.save() {
+        "rewritten from this probe"
+    } else {
+        "not written (no Garuda home yet, or its cache folder is not usable)"
+    };
+    let detail = format!("{}: {found}; {written}", garuda_text::visible_path(&path));
+    if wrong.is_empty() {
+        check("executor probe cache", Ok(detail))
+    } else {
+        check("executor probe cache", Err(detail))
+    }
+}
+
 /// Gather the report.
 pub fn report() -> Report {
     let executors = probe_executors();
+    let cache = probe_cache_check(&executors);
     let auto = executors
         .iter()
         .find(|p| p.available)
@@ -151,6 +215,7 @@ pub fn report() -> Report {
                 format!("the agent cannot be confined here ({why}); it will not be started")
             }),
         ),
+        cache,
     ];
     Report {
         executors,

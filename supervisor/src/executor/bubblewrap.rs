@@ -300,7 +300,7 @@ fn process_limit(max: u32) -> ProcessLimit {
     }
 }
 
-fn pids_cgroup_base() -> Option<&'static Path> {
+pub(crate) fn pids_cgroup_base() -> Option<&'static Path> {
     ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"]
         .iter()
         .map(Path::new)

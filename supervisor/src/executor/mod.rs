@@ -17,6 +17,7 @@ pub mod capture;
 pub mod host;
 pub mod landlock;
 pub mod layout;
+pub mod probe_cache;
 pub mod program;
 pub mod seatbelt;
 pub mod seccomp;
@@ -197,6 +198,18 @@ pub enum ExecError {
     /// (see [`crate::netbridge`]); the command did not run.
     #[error("proxy bridge: {0}")]
     Bridge(#[from] crate::netbridge::BridgeError),
+    /// An executor chosen on the word of the probe cache ([`probe_cache`]) could not start:
+    /// the cache may be stale or planted. It has been removed; the run fails rather than fall
+    /// back to another executor.
+    #[error("{source} ({executor} was chosen because the executor probe cache {} says it is available here; that cache is now removed, so the next run probes this machine again; `garuda doctor` shows what is available)", cache.display())]
+    CachedProbe {
+        /// The executor the cache named.
+        executor: ExecutorKind,
+        /// The cache file.
+        cache: PathBuf,
+        /// Its setup error.
+        source: Box<ExecError>,
+    },
     /// Reading the command's output or waiting for it failed.
     #[error("{what}: {error}")]
     Io {

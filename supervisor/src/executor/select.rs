@@ -6,6 +6,7 @@
 //! an error: a setting never silently downgrades.
 
 use std::fmt;
+use std::path::Path;
 
 use garuda_policy::ExecutorChoice;
 use serde::Serialize;
@@ -13,6 +14,7 @@ use serde::Serialize;
 use super::bubblewrap::{self, BubblewrapExecutor};
 use super::host::HostExecutor;
 use super::landlock::{self as native, LandlockExecutor};
+use super::probe_cache::{CachedExecutor, ProbeCache};
 use super::seatbelt::SeatbeltExecutor;
 use super::{ExecError, Executor, ExecutorKind};
 
@@ -127,6 +129,77 @@ pub fn executor_of(kind: ExecutorKind) -> Box<dyn Executor> {
 /// Select the executor for a setting. A named sandbox that is unavailable is an error naming
 /// the reason; `auto` falls back to `host` only when no sandbox exists, and says so.
 pub fn select_executor(choice: ExecutorChoice) -> Result<Selection, ExecError> {
+    let (kind, _, reason) = select_from(choice, |k| (probe_one(k), false))?;
+    Ok(Selection {
+        executor: executor_of(kind),
+        reason,
+    })
+}
+
+/// [`select_executor`], taking the probe's positive answers from the cache of Garuda's home
+/// `home` ([`super::probe_cache`]) and probing live only what the cache does not say is
+/// available; the live positives are written back. An executor chosen on the cache's word
+/// runs as a [`CachedExecutor`] (a setup failure names the cache and removes it), and the
+/// reason says it came from the cache.
+pub fn select_executor_cached(
+    choice: ExecutorChoice,
+    home: Option<&Path>,
+) -> Result<Selection, ExecError> {
+    let mut cache = ProbeCache::load(home);
+    let picked = select_from(choice, |k| lookup(&mut cache, k));
+    // Best effort: a cache that cannot be written is only a slower next run.
+    let _ = cache.save();
+    let (kind, cached, mut reason) = picked?;
+    let executor = match (cached, home) {
+        (true, Some(home)) => {
+            reason.push_str(&format!(
+                " (cached probe: {})",
+                super::probe_cache::path_in(home).display()
+            ));
+            Box::new(CachedExecutor {
+                inner: executor_of(kind),
+                home: home.to_path_buf(),
+            }) as Box<dyn Executor>
+        }
+        _ => executor_of(kind),
+    };
+    Ok(Selection { executor, reason })
+}
+
+/// The strongest executor available here (what `auto` picks), by the cache's positives and
+/// live probes as [`select_executor_cached`] takes them.
+pub fn strongest_available_cached(home: Option<&Path>) -> Option<ExecutorKind> {
+    let mut cache = ProbeCache::load(home);
+    let strongest = ExecutorKind::ALL
+        .into_iter()
+        .find(|k| lookup(&mut cache, *k).0.available);
+    let _ = cache.save();
+    strongest
+}
+
+/// One executor's availability: the cache's positive if it has one, else a live probe (whose
+/// positive is recorded for the file). The cache is never asked about a negative.
+fn lookup(cache: &mut ProbeCache, kind: ExecutorKind) -> (Probe, bool) {
+    if let Some(detail) = cache.cached(kind) {
+        let probe = Probe {
+            kind,
+            available: true,
+            detail: detail.to_string(),
+        };
+        return (probe, true);
+    }
+    let probe = probe_one(kind);
+    cache.record(kind, probe.available, &probe.detail);
+    (probe, false)
+}
+
+/// The selection rule, over any source of probes: `(kind, whether its probe was cached,
+/// reason)`. `auto` asks about each executor strongest first and takes the first available,
+/// so a source that only ever adds positives can never make it pick a weaker one.
+fn select_from(
+    choice: ExecutorChoice,
+    mut find: impl FnMut(ExecutorKind) -> (Probe, bool),
+) -> Result<(ExecutorKind, bool, String), ExecError> {
     let named = match choice {
         ExecutorChoice::Auto => None,
         ExecutorChoice::Bubblewrap => Some(ExecutorKind::Bubblewrap),
@@ -135,30 +208,25 @@ pub fn select_executor(choice: ExecutorChoice) -> Result<Selection, ExecError> {
         ExecutorChoice::Host => Some(ExecutorKind::Host),
     };
     if let Some(kind) = named {
-        let p = probe_one(kind);
+        let (p, cached) = find(kind);
         if !p.available {
             return Err(ExecError::Unavailable {
                 executor: kind,
                 reason: p.detail,
             });
         }
-        return Ok(Selection {
-            executor: executor_of(kind),
-            reason: format!("{kind} (selected by the executor setting): {}", p.detail),
-        });
+        let reason = format!("{kind} (selected by the executor setting): {}", p.detail);
+        return Ok((kind, cached, reason));
     }
     let mut passed_over = Vec::new();
     for kind in ExecutorKind::ALL {
-        let p = probe_one(kind);
+        let (p, cached) = find(kind);
         if p.available {
             let mut reason = format!("{} (auto: the strongest available): {}", p.kind, p.detail);
             if !passed_over.is_empty() {
                 reason.push_str(&format!("; not available: {}", passed_over.join("; ")));
             }
-            return Ok(Selection {
-                executor: executor_of(p.kind),
-                reason,
-            });
+            return Ok((p.kind, cached, reason));
         }
         passed_over.push(format!("{} ({})", p.kind, p.detail));
     }
@@ -171,6 +239,42 @@ pub fn select_executor(choice: ExecutorChoice) -> Result<Selection, ExecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn probe(kind: ExecutorKind, available: bool) -> (Probe, bool) {
+        let detail = if available { "works" } else { "MARKER no" };
+        (
+            Probe {
+                kind,
+                available,
+                detail: detail.into(),
+            },
+            false,
+        )
+    }
+
+    /// The cache's rule: only its positives are taken, anything else is probed live. A planted
+    /// cache saying both sandboxes are unavailable therefore changes nothing here; control: a
+    /// rule that also believed the cache's negatives would send `auto` to the host.
+    #[test]
+    fn believing_the_cache_s_negatives_would_pick_the_host() {
+        let live = |k: ExecutorKind| probe(k, k != ExecutorKind::Seatbelt);
+        let planted = |k: ExecutorKind| match k {
+            ExecutorKind::Landlock | ExecutorKind::Bubblewrap => Some(false),
+            _ => None,
+        };
+        let rule = |k: ExecutorKind| match planted(k) {
+            Some(true) => probe(k, true),
+            _ => live(k),
+        };
+        let (kind, _, _) = select_from(ExecutorChoice::Auto, rule).unwrap();
+        assert_eq!(kind, ExecutorKind::Landlock);
+        let believing = |k: ExecutorKind| match planted(k) {
+            Some(a) => probe(k, a),
+            None => live(k),
+        };
+        let (kind, _, reason) = select_from(ExecutorChoice::Auto, believing).unwrap();
+        assert_eq!(kind, ExecutorKind::Host, "{reason}");
+    }
 
     /// "install bubblewrap" only where it is missing: where it is installed and cannot run,
     /// the advice is about namespaces.
