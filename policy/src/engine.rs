@@ -9,7 +9,7 @@
 //! | # | step | verdict |
 //! |---|---|---|
 //! | 1 | a sensitive path (a secret of [`crate::HOME_SECRETS`], a machine secret, Garuda's own home, `sandbox.unreadable`, a `.env` file) that no allow rule *names* | deny |
-//! | 2 | a write into a `.git` folder, or into a `.garuda` folder (project settings; any spelling that may open one, see [`crate::names_garuda_folder`]) below the project root (a file tool, or a redirection of a command) | deny |
+//! | 2 | a write into a `.git` folder, or into a `.garuda` folder (project settings), each in any spelling that may open one (see [`crate::names_git_folder`], [`crate::names_garuda_folder`]) below the project root (a file tool, or a redirection of a command) | deny |
 //! | 3 | a deny rule matches (for a command line: any of its simple commands, or a write target against the file rules) | deny |
 //! | 4 | `outside_sandbox` under the strict profile; a command where a sandbox is required and none is available | deny |
 //! | 5 | plan mode and the tool is not read-only: a sandboxed command (run with the project read-only) or a `web_fetch` / MCP call an allow rule names is allowed, everything else denied — plan mode never asks | allow / deny |
@@ -1326,11 +1326,14 @@ fn resolve_following(path: &Path, links: &mut usize) -> PathBuf {
     current
 }
 
-/// True when some component of `path` is `.git`: the folder, or a file inside it. (A `.git`
-/// *file* of a worktree is covered too: rewriting it would point git at another folder.)
+/// True when some component of `path` may open `.git` ([`crate::names_git_folder`]: `.GIT`,
+/// `.git.`, `GIT~1` on a filesystem that folds names): the folder, or a file inside it. (A
+/// `.git` *file* of a worktree is covered too: rewriting it would point git at another folder.)
 fn in_git_dir(path: &Path) -> bool {
-    path.components()
-        .any(|c| matches!(c, Component::Normal(n) if n == ".git"))
+    path.components().any(|c| match c {
+        Component::Normal(n) => n == ".git" || n.to_str().is_some_and(crate::names_git_folder),
+        _ => false,
+    })
 }
 
 /// The host and port of a `web_fetch` URL, and why it is unusual when it is.

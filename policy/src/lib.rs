@@ -119,7 +119,8 @@ pub use exec::{ExecPolicy, Limits, NetworkMode, StagedView};
 pub use host::HostEnv;
 pub use rule::{Rule, RuleError};
 pub use sensitive::{
-    is_env_file_name, names_garuda_folder, HomeEntry, HOME_SECRETS, PACKAGE_CACHES,
+    is_env_file_name, names_garuda_folder, names_git_folder, HomeEntry, HOME_SECRETS,
+    PACKAGE_CACHES,
 };
 pub use settings::{
     exercise_policy, load_policy, load_policy_from, load_settings, load_settings_from, merge_texts,

@@ -113,22 +113,77 @@ pub fn is_env_file_name(name: &OsStr) -> bool {
 /// engine denies writes into one, and staging applies a change there only after a question
 /// of its own. A false match only refuses (or asks) once more.
 pub fn names_garuda_folder(name: &str) -> bool {
+    may_open_as(name, ".garuda")
+}
+
+/// True when `name` may name a `.git` folder (or a worktree's `.git` file) on some filesystem a
+/// project can live on, by the same rules as [`names_garuda_folder`] (`.GIT`, `.git.`,
+/// `.gi<U+200D>t`, vfat's `GIT~1`). Git itself opens `.git` on a case-insensitive filesystem
+/// under any of these spellings, so a write to one is a write into the repository's hooks and
+/// config. A false match only refuses once more.
+pub fn names_git_folder(name: &str) -> bool {
+    may_open_as(name, ".git")
+}
+
+/// Whether a filesystem that folds names may open `dot_name` (a `.name` of ASCII letters) by
+/// `name`: invisible characters dropped, trailing dots and spaces dropped, ASCII case ignored,
+/// or vfat's short name `NAME~N`.
+fn may_open_as(name: &str, dot_name: &str) -> bool {
     let seen: String = name
         .chars()
         .filter(|c| !garuda_text::is_hidden(*c))
         .collect();
     let name = seen.trim_end_matches(['.', ' ']);
+    let stem = dot_name.trim_start_matches('.');
+    // `get`, not indexing: `name` may have a multi-byte character at that offset.
     let short_name = name
-        .get(..7)
-        .is_some_and(|stem| stem.eq_ignore_ascii_case("garuda~"))
-        && name.len() > 7
-        && name.bytes().skip(7).all(|b| b.is_ascii_digit());
-    name.eq_ignore_ascii_case(".garuda") || short_name
+        .get(..stem.len())
+        .is_some_and(|s| s.eq_ignore_ascii_case(stem))
+        && name.get(stem.len()..stem.len() + 1) == Some("~")
+        && name.len() > stem.len() + 1
+        && name
+            .bytes()
+            .skip(stem.len() + 1)
+            .all(|b| b.is_ascii_digit());
+    name.eq_ignore_ascii_case(dot_name) || short_name
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_name_that_can_open_git_is_marked() {
+        for name in [
+            ".git",
+            ".GIT",
+            ".Git",
+            ".git.",
+            ".git ",
+            ".gi\u{200d}t",
+            "GIT~1",
+            "git~12",
+        ] {
+            assert!(names_git_folder(name), "{name:?}");
+        }
+        // Negative control: names that no filesystem opens as `.git`.
+        for name in [
+            "git",
+            ".gitignore",
+            ".github",
+            "x.git",
+            ".git-old",
+            "GIT~",
+            "GIT~1a",
+            "gi~1",
+            "é~1",
+        ] {
+            assert!(!names_git_folder(name), "{name:?}");
+        }
+        // The `.garuda` rules are unchanged by sharing the helper.
+        assert!(names_garuda_folder("GARUDA~1") && names_garuda_folder(".GARUDA."));
+        assert!(!names_garuda_folder("garuda") && !names_garuda_folder(".garudax"));
+    }
     use std::path::{Component, Path};
 
     #[test]
