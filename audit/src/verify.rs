@@ -1585,6 +1585,27 @@ fn verify_project(
             lane_infos.push(info);
         }
     }
+    // Every session of the journal layout writes a line to the install-wide register when it
+    // closes (a close that cannot write it fails), so closed sessions with no register at all
+    // mean the register was removed (with its tail state, the only other record of it).
+    if reg.info.is_none() {
+        let closed = states
+            .iter()
+            .filter(|s| {
+                s.lane.is_some() && s.scan.as_ref().is_some_and(|sc| sc.closed_at.is_some())
+            })
+            .count();
+        if closed > 0 {
+            findings.push(Finding::new(
+                reg.path,
+                Code::FileMissing,
+                Severity::Error,
+                format!(
+                    "this project's journal holds {closed} closed session(s), each of which wrote a line to the install-wide register when it closed, but there is no register: it was removed"
+                ),
+            ));
+        }
+    }
     let pos: HashMap<String, usize> = states
         .iter()
         .enumerate()

@@ -1031,3 +1031,30 @@ fn bytes_after_a_closed_sessions_final_seal_are_after_end() {
     assert_outcome(&r, Outcome::Tampered);
     assert_finding(&r, Code::AfterEnd, Some(n + 1), Some(&path));
 }
+
+/// The install-wide register removed (with its tail state) while the project's journal is
+/// intact: every closed session wrote a register line at its close, so the register's absence
+/// is missing evidence, not a fresh home. Negative control: the same log with its register
+/// verifies.
+#[test]
+fn a_removed_register_is_file_missing() {
+    let env = Env::new();
+    env.session(3, true);
+    env.session(2, true);
+    let before = garuda_audit::verify(&env.options());
+    assert_outcome(&before, Outcome::Verified);
+    let register = env.cfg.audit_root.with_file_name("audit.register.jsonl");
+    assert!(register.exists());
+    fs::remove_file(&register).unwrap();
+    let _ = fs::remove_file(register.with_extension("tail"));
+    let r = garuda_audit::verify(&env.options());
+    assert_outcome(&r, Outcome::Tampered);
+    assert!(
+        r.findings.iter().any(|f| f.code == Code::FileMissing
+            && f.severity == Severity::Error
+            && f.message.contains("2 closed session(s)")
+            && f.message.contains("there is no register")),
+        "{}",
+        r.render_text()
+    );
+}
