@@ -22,22 +22,19 @@
 
 mod common;
 use common::net::{http_server, https_server_for, runtime, LOOPBACK};
+use common::script::{self, Curl, Run, Script, BASH, CURL};
 use common::{garuda, text, World, PROXY_VARS};
 
-use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 /// The Linux sandboxes under test.
 const SANDBOXES: [&str; 2] = ["landlock", "bubblewrap"];
-const CURL: &str = "/usr/bin/curl";
-const BASH: &str = "/usr/bin/bash";
+
 const PYTHON: &str = "/usr/bin/python3";
-/// What each curl step writes with `-w`.
-const CURL_WRITE_OUT: &str = "%{http_code} %{http_connect} %{num_connects}\n";
 
 // ---------------------------------------------------------------------------------------------
 // The world: a fake home and a project outside /tmp.
@@ -48,138 +45,7 @@ fn world() -> World {
     w
 }
 
-/// Single quotes for the shell.
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
-/// A bash script of named steps. Each step's stdout, stderr and exit code land in
-/// `out/NAME.{o,e,x}` in the project (the command's private `/tmp` is gone after the run);
-/// a curl step also writes its headers (`NAME.h`) and body (`NAME.b`).
-#[derive(Default)]
-struct Script {
-    text: String,
-}
-
-impl Script {
-    fn step(&mut self, name: &str, argv: &[&str]) -> &mut Self {
-        let line: Vec<String> = argv.iter().map(|a| quote(a)).collect();
-        writeln!(
-            self.text,
-            "{} >out/{name}.o 2>out/{name}.e; echo $? >out/{name}.x",
-            line.join(" ")
-        )
-        .unwrap();
-        self
-    }
-
-    /// `curl -q -sS --max-time 10 -D out/NAME.h -o out/NAME.b -w CURL_WRITE_OUT ARGS...`.
-    fn curl(&mut self, name: &str, args: &[&str]) -> &mut Self {
-        let headers = format!("out/{name}.h");
-        let body = format!("out/{name}.b");
-        let mut argv = vec![
-            CURL,
-            "-q",
-            "-sS",
-            "--max-time",
-            "10",
-            "-D",
-            &headers,
-            "-o",
-            &body,
-            "-w",
-            CURL_WRITE_OUT,
-        ];
-        argv.extend_from_slice(args);
-        self.step(name, &argv)
-    }
-}
-
-/// One `garuda sandbox` run.
-struct Run {
-    executor: String,
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    out: PathBuf,
-}
-
-/// What one step did.
-#[derive(Debug)]
-struct Step {
-    exit: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// What one curl step did.
-struct Curl {
-    exit: i32,
-    /// `%{http_code}`: the last response's status (0 when none).
-    code: u16,
-    /// `%{http_connect}`: the proxy's answer to CONNECT (0 when none was sent).
-    connect: u16,
-    /// `%{num_connects}`: new connections this transfer made (0 when it reused one).
-    connects: u32,
-    /// Every header block received, the proxy's CONNECT answer included; lower-cased.
-    headers: String,
-    body: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Curl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "curl exit {} code {} connect {} connects {}\n--- headers\n{}--- body\n{}\n--- stderr\n{}",
-            self.exit, self.code, self.connect, self.connects, self.headers, self.body, self.stderr
-        )
-    }
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 impl Run {
-    fn step(&self, name: &str) -> Step {
-        let x = self.out.join(format!("{name}.x"));
-        let exit = std::fs::read_to_string(&x)
-            .unwrap_or_else(|e| {
-                panic!(
-                    "{}: step {name} left no exit code ({e}): {self:?}",
-                    self.executor
-                )
-            })
-            .trim()
-            .parse()
-            .unwrap();
-        Step {
-            exit,
-            stdout: read(&self.out.join(format!("{name}.o"))),
-            stderr: read(&self.out.join(format!("{name}.e"))),
-        }
-    }
-
-    fn curl(&self, name: &str) -> Curl {
-        let step = self.step(name);
-        let mut w = step.stdout.split_whitespace().map(|v| v.parse().unwrap());
-        let code = w.next().unwrap_or(0);
-        let connect = w.next().unwrap_or(0);
-        let connects = w.next().unwrap_or(0);
-        Curl {
-            exit: step.exit,
-            code: u16::try_from(code).unwrap(),
-            connect: u16::try_from(connect).unwrap(),
-            connects,
-            headers: std::fs::read_to_string(self.out.join(format!("{name}.h")))
-                .unwrap_or_default()
-                .to_ascii_lowercase(),
-            body: std::fs::read_to_string(self.out.join(format!("{name}.b"))).unwrap_or_default(),
-            stderr: step.stderr,
-        }
-    }
-
     /// What follows `garuda: blocked: ` on stderr; `None` when nothing was refused.
     fn blocked(&self) -> Option<String> {
         let lines: Vec<&str> = self
@@ -192,57 +58,10 @@ impl Run {
     }
 }
 
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "garuda sandbox --executor {} exit {:?}\n--- stdout\n{}--- stderr\n{}",
-            self.executor, self.code, self.stdout, self.stderr
-        )
-    }
-}
-
-/// `garuda sandbox --executor EXECUTOR [--allow-host H]... -- bash -c SCRIPT`, from the
-/// project, with the fake home and no proxy variables of this process. Asserts that the script
-/// ran to its end (exit 0).
+/// `garuda sandbox --executor EX [--allow-host H]… -- bash -c SCRIPT` from the project, with
+/// the fake home and no `GARUDA_HOME`: [`script::sandbox`] without a Garuda home of its own.
 fn sandbox(w: &World, executor: &str, allow: &[String], script: &Script) -> Run {
-    let out = w.project.join("out");
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir(&out).unwrap();
-    let mut command = Command::new(garuda());
-    command
-        .args([
-            "sandbox",
-            "--executor",
-            executor,
-            "--timeout",
-            "60",
-            "--project",
-        ])
-        .arg(&w.project);
-    for host in allow {
-        command.args(["--allow-host", host]);
-    }
-    command
-        .args(["--", BASH, "-c"])
-        .arg(format!("{}echo script-done\n", script.text))
-        .current_dir(&w.project)
-        .env("HOME", &w.home)
-        .env_remove("GARUDA_HOME");
-    for var in PROXY_VARS {
-        command.env_remove(var);
-    }
-    let output = command.output().unwrap();
-    let run = Run {
-        executor: executor.to_owned(),
-        code: output.status.code(),
-        stdout: text(&output.stdout),
-        stderr: text(&output.stderr),
-        out,
-    };
-    assert_eq!(run.code, Some(0), "{run:?}");
-    assert_eq!(run.stdout, "script-done\n", "{run:?}");
-    run
+    script::sandbox(w, executor, allow, None, script)
 }
 
 /// A plain `GET` from the test process (the host), around any proxy: the control that an
@@ -268,7 +87,9 @@ fn allow(port: u16) -> Vec<String> {
 
 fn assert_refused(c: &Curl, code: &str, what: &str) {
     assert!(
-        c.headers.contains(&format!("x-garuda-refused: {code}\r\n")),
+        c.headers
+            .to_ascii_lowercase()
+            .contains(&format!("x-garuda-refused: {code}\r\n")),
         "{what}: no X-Garuda-Refused: {code}: {c:?}"
     );
 }

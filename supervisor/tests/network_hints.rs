@@ -20,17 +20,16 @@
 
 mod common;
 use common::net::{http_server, runtime, LOOPBACK};
-use common::{garuda, text, World, PROXY_VARS};
+use common::script::{self, Run, Script, BASH};
+use common::{garuda, text, World};
 
-use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// The Linux sandboxes under test.
 const SANDBOXES: [&str; 2] = ["landlock", "bubblewrap"];
-const CURL: &str = "/usr/bin/curl";
-const BASH: &str = "/usr/bin/bash";
+
 const PYTHON: &str = "/usr/bin/python3";
 const GETENT: &str = "/usr/bin/getent";
 
@@ -53,132 +52,7 @@ fn world() -> World {
     w
 }
 
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
-/// Named steps of a bash script; each step's stdout, stderr and exit code land in
-/// `out/NAME.{o,e,x}` in the project, a curl step's headers and body in `NAME.h`, `NAME.b`.
-#[derive(Default)]
-struct Script {
-    text: String,
-}
-
-impl Script {
-    fn step(&mut self, name: &str, argv: &[&str]) -> &mut Self {
-        let line: Vec<String> = argv.iter().map(|a| quote(a)).collect();
-        writeln!(
-            self.text,
-            "{} >out/{name}.o 2>out/{name}.e; echo $? >out/{name}.x",
-            line.join(" ")
-        )
-        .unwrap();
-        self
-    }
-
-    fn curl(&mut self, name: &str, args: &[&str]) -> &mut Self {
-        let headers = format!("out/{name}.h");
-        let body = format!("out/{name}.b");
-        let mut argv = vec![
-            CURL,
-            "-q",
-            "-sS",
-            "--max-time",
-            "10",
-            "-D",
-            &headers,
-            "-o",
-            &body,
-            "-w",
-            "%{http_code} %{http_connect}",
-        ];
-        argv.extend_from_slice(args);
-        self.step(name, &argv)
-    }
-}
-
-struct Run {
-    executor: String,
-    code: Option<i32>,
-    stderr: String,
-    out: PathBuf,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "garuda sandbox --executor {} exit {:?}\n--- stderr\n{}",
-            self.executor, self.code, self.stderr
-        )
-    }
-}
-
-#[derive(Debug)]
-struct Step {
-    exit: i32,
-    stdout: String,
-    stderr: String,
-}
-
-#[derive(Debug)]
-struct Curl {
-    exit: i32,
-    code: u16,
-    connect: u16,
-    /// Every header block received (the proxy's answer to CONNECT included), as sent.
-    headers: String,
-    body: String,
-    stderr: String,
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-impl Run {
-    fn step(&self, name: &str) -> Step {
-        let exit = read(&self.out.join(format!("{name}.x")))
-            .trim()
-            .parse()
-            .unwrap();
-        Step {
-            exit,
-            stdout: read(&self.out.join(format!("{name}.o"))),
-            stderr: read(&self.out.join(format!("{name}.e"))),
-        }
-    }
-
-    fn curl(&self, name: &str) -> Curl {
-        let step = self.step(name);
-        let mut w = step
-            .stdout
-            .split_whitespace()
-            .map(|v| v.parse::<u16>().unwrap());
-        Curl {
-            exit: step.exit,
-            code: w.next().unwrap_or(0),
-            connect: w.next().unwrap_or(0),
-            headers: std::fs::read_to_string(self.out.join(format!("{name}.h")))
-                .unwrap_or_default(),
-            body: std::fs::read_to_string(self.out.join(format!("{name}.b"))).unwrap_or_default(),
-            stderr: step.stderr,
-        }
-    }
-
-    /// The stderr lines that start with `prefix`, without it.
-    fn lines(&self, prefix: &str) -> Vec<String> {
-        self.stderr
-            .lines()
-            .filter_map(|l| l.strip_prefix(prefix))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-/// `garuda sandbox --executor EX [--allow-host H]… -- bash -c SCRIPT` from the project, with
-/// the fake home, `GARUDA_HOME` as given (else unset) and no proxy variables. Asserts that the
-/// script ran to its end.
+/// `garuda sandbox` as [`script::sandbox`] runs it.
 fn sandbox(
     w: &World,
     executor: &str,
@@ -186,39 +60,7 @@ fn sandbox(
     garuda_home: Option<&Path>,
     script: &Script,
 ) -> Run {
-    let out = w.project.join("out");
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir(&out).unwrap();
-    let mut command = Command::new(garuda());
-    command
-        .args(["sandbox", "--executor", executor, "--timeout", "60"])
-        .arg("--project")
-        .arg(&w.project);
-    for host in allow {
-        command.args(["--allow-host", host]);
-    }
-    command
-        .args(["--", BASH, "-c"])
-        .arg(format!("{}echo script-done\n", script.text))
-        .current_dir(&w.project)
-        .env("HOME", &w.home);
-    match garuda_home {
-        Some(dir) => command.env("GARUDA_HOME", dir),
-        None => command.env_remove("GARUDA_HOME"),
-    };
-    for var in PROXY_VARS {
-        command.env_remove(var);
-    }
-    let output = command.output().unwrap();
-    let run = Run {
-        executor: executor.to_owned(),
-        code: output.status.code(),
-        stderr: text(&output.stderr),
-        out,
-    };
-    assert_eq!(run.code, Some(0), "{run:?}");
-    assert_eq!(text(&output.stdout), "script-done\n", "{run:?}");
-    run
+    script::sandbox(w, executor, allow, garuda_home, script)
 }
 
 /// The newest audit session's `command_result` event.

@@ -77,3 +77,4 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 pub mod net;
+pub mod script;
