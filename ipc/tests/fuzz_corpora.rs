@@ -3,31 +3,9 @@
 //! nightly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::fs;
-use std::path::PathBuf;
-
-fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus")
-        .join(target);
-    let mut files: Vec<(PathBuf, Vec<u8>)> = fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.is_file())
-        .map(|path| {
-            let data = fs::read(&path).unwrap();
-            (path, data)
-        })
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 10,
-        "{}: expected a seed corpus, found {} files",
-        dir.display(),
-        files.len()
-    );
-    files
-}
+#[path = "../../fuzz/common/corpus.rs"]
+mod corpus_files;
+use corpus_files::corpus;
 
 #[test]
 fn ipc_frame_corpus() {
