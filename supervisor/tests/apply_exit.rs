@@ -269,16 +269,7 @@ fn a_discard_asked_for_keeps_the_commands_code_and_one_not_asked_for_exits_121()
 /// `script -e` returns the chain's code.
 #[test]
 fn a_discard_at_the_question_exits_121_and_an_apply_there_the_commands_code() {
-    let has_script = Command::new("script")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_script {
-        assert!(
-            std::env::var("GARUDA_ALLOW_NO_SCRIPT").is_ok_and(|v| v == "1"),
-            "`script` (util-linux) is needed to give garuda a terminal; set GARUDA_ALLOW_NO_SCRIPT=1 to accept NOT TESTED"
-        );
-        eprintln!("NOT TESTED: the exit code after the terminal question (no `script`)");
+    if !common::have_script("the exit code after the terminal question") {
         return;
     }
     for ex in SANDBOXES {
@@ -288,25 +279,17 @@ fn a_discard_at_the_question_exits_121_and_an_apply_there_the_commands_code() {
                 "\"$GARUDA_UNDER_TEST\" sandbox --executor {ex} --project \"$PWD\" --staged \
                  -- /bin/sh -c 'echo new > a.txt' && touch \"$NEXT_MARKER\""
             );
-            let mut child = Command::new("script")
-                .args(["-qec", &line, "/dev/null"])
-                .current_dir(&w.project)
-                .env("HOME", &w.home)
-                .env("GARUDA_UNDER_TEST", garuda())
-                .env("NEXT_MARKER", w.marker())
-                .env("SHELL", "/bin/sh")
-                .env_remove("GARUDA_HOME")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap();
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(answer.as_bytes())
-                .unwrap();
-            let out = child.wait_with_output().unwrap();
+            let garuda_bin = garuda();
+            let next_marker = w.marker();
+            let out = common::on_a_terminal(
+                &w,
+                &line,
+                &[
+                    ("GARUDA_UNDER_TEST", garuda_bin.as_os_str()),
+                    ("NEXT_MARKER", next_marker.as_os_str()),
+                ],
+                answer,
+            );
             let shown = text(&out.stdout);
             assert!(
                 shown.contains("Apply or discard this change? [a/d]"),

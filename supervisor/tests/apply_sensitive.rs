@@ -267,16 +267,7 @@ fn apply_sensitive_without_apply_is_a_usage_error() {
 /// transcript (stdout and stderr both go to the terminal) never holds the content.
 #[test]
 fn on_a_terminal_sensitive_files_get_a_question_of_their_own() {
-    let has_script = Command::new("script")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_script {
-        assert!(
-            std::env::var("GARUDA_ALLOW_NO_SCRIPT").is_ok_and(|v| v == "1"),
-            "`script` (util-linux) is needed to give garuda a terminal; set GARUDA_ALLOW_NO_SCRIPT=1 to accept NOT TESTED"
-        );
-        eprintln!("NOT TESTED: the terminal question for sensitive files (no `script`)");
+    if !common::have_script("the terminal question for sensitive files") {
         return;
     }
     const QUESTION: &str = "This change also writes sensitive files (listed above under \"Sensitive files changed\"), whose content is not shown. Apply them too? [y/N]";
@@ -291,24 +282,13 @@ fn on_a_terminal_sensitive_files_get_a_question_of_their_own() {
             let line = format!(
                 "\"$GARUDA_UNDER_TEST\" sandbox --staged --executor {ex} --project \"$PWD\" -- sh -c '{plant}'"
             );
-            let mut child = Command::new("script")
-                .args(["-qec", &line, "/dev/null"])
-                .current_dir(&w.project)
-                .env("HOME", &w.home)
-                .env("GARUDA_UNDER_TEST", garuda())
-                .env("SHELL", "/bin/sh")
-                .env_remove("GARUDA_HOME")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap();
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(answers.as_bytes())
-                .unwrap();
-            let out = child.wait_with_output().unwrap();
+            let garuda_bin = garuda();
+            let out = common::on_a_terminal(
+                &w,
+                &line,
+                &[("GARUDA_UNDER_TEST", garuda_bin.as_os_str())],
+                answers,
+            );
             let shown = text(&out.stdout);
             assert!(!shown.contains(MARK), "{ex} {answers:?}: {shown}");
             assert!(

@@ -376,16 +376,7 @@ fn apply_alone_never_applies_a_change_to_garuda_settings() {
 /// advance.
 #[test]
 fn on_a_terminal_garuda_settings_get_a_question_of_their_own() {
-    let has_script = Command::new("script")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_script {
-        assert!(
-            std::env::var("GARUDA_ALLOW_NO_SCRIPT").is_ok_and(|v| v == "1"),
-            "`script` (util-linux) is needed to give garuda a terminal; set GARUDA_ALLOW_NO_SCRIPT=1 to accept NOT TESTED"
-        );
-        eprintln!("NOT TESTED: the terminal question (no `script`)");
+    if !common::have_script("the terminal question") {
         return;
     }
     // Re-points the `.garuda` link (possible in staged mode) to settings of the command's own.
@@ -401,23 +392,7 @@ fn on_a_terminal_garuda_settings_get_a_question_of_their_own() {
                 garuda().display(),
                 w.project.display()
             );
-            let mut child = Command::new("script")
-                .args(["-qec", &line, "/dev/null"])
-                .current_dir(&w.project)
-                .env("HOME", &w.home)
-                .env_remove("GARUDA_HOME")
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(answers.as_bytes())
-                .unwrap();
-            let out = child.wait_with_output().unwrap();
+            let out = common::on_a_terminal(&w, &line, &[], answers);
             let shown = text(&out.stdout);
             assert!(
                 shown.contains("Apply them too? [y/N]"),

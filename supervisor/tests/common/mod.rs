@@ -78,3 +78,50 @@ pub fn text(b: &[u8]) -> String {
 }
 pub mod net;
 pub mod script;
+
+/// Whether `script` (util-linux) is here to give garuda a terminal. When it is not, the test
+/// prints `NOT TESTED: <what>` and fails unless `GARUDA_ALLOW_NO_SCRIPT=1`; the caller returns.
+pub fn have_script(what: &str) -> bool {
+    let here = Command::new("script")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !here {
+        assert!(
+            std::env::var("GARUDA_ALLOW_NO_SCRIPT").is_ok_and(|v| v == "1"),
+            "`script` (util-linux) is needed to give garuda a terminal; set GARUDA_ALLOW_NO_SCRIPT=1 to accept NOT TESTED"
+        );
+        eprintln!("NOT TESTED: {what} (no `script`)");
+    }
+    here
+}
+
+/// Runs the shell `line` on a terminal (`script -qec LINE /dev/null`) in `world`'s project
+/// with its home, no `GARUDA_HOME`, `SHELL=/bin/sh` and `env`, with `answers` typed in
+/// advance. Its stdout is the terminal's transcript (stdout and stderr both).
+pub fn on_a_terminal(
+    world: &World,
+    line: &str,
+    env: &[(&str, &std::ffi::OsStr)],
+    answers: &str,
+) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new("script")
+        .args(["-qec", line, "/dev/null"])
+        .current_dir(&world.project)
+        .env("HOME", &world.home)
+        .env("SHELL", "/bin/sh")
+        .envs(env.iter().copied())
+        .env_remove("GARUDA_HOME")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run script");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(answers.as_bytes())
+        .expect("type the answers");
+    child.wait_with_output().expect("wait for script")
+}
