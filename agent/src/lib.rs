@@ -13,6 +13,8 @@
 //! model/HTTP crates only, never on `policy`, `staging`, `audit` or the supervisor.
 #![forbid(unsafe_code)]
 
+pub mod model;
+
 pub use garuda_ipc::PROTOCOL_VERSION;
 
 use std::os::unix::net::UnixStream;
