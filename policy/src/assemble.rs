@@ -126,7 +126,7 @@ pub fn build_exec_policy_noting(
     let writable = sorted_unique(writable);
 
     let staged = settings.command_mode == CommandMode::Staged;
-    let mut scan = scan_project(&root, &writable, staged)?;
+    let mut scan = scan_project(&root, &writable, staged, Some(&host.garuda_home))?;
     protect_configured(
         &mut scan.protected,
         &scan.repos,

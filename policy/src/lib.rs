@@ -106,6 +106,7 @@ pub mod rule;
 mod sensitive;
 mod settings;
 mod walk;
+mod walk_cache;
 
 #[cfg(test)]
 mod test_support;

@@ -30,6 +30,7 @@ use crate::error::PolicyError;
 use crate::paths::{canonical_if_exists, create_dir_if_missing};
 use crate::protect::{Protected, Resolved};
 use crate::sensitive::is_env_file_name;
+use crate::walk_cache::{EntryKind, WalkCache};
 
 /// Mode of a folder the walk creates (`.garuda`, a hooks path): what `git init` uses.
 pub(crate) const CREATED_DIR_MODE: u32 = 0o755;
@@ -77,6 +78,7 @@ pub(crate) fn scan_project(
     root: &Path,
     writable_roots: &[PathBuf],
     staged: bool,
+    garuda_home: Option<&Path>,
 ) -> Result<ProjectScan, PolicyError> {
     let mut walker = Walker {
         root: root.to_path_buf(),
@@ -86,42 +88,38 @@ pub(crate) fn scan_project(
         seen: HashSet::new(),
     };
     let mut env_files = Vec::new();
-    let mut git_entries: Vec<(PathBuf, PathBuf, fs::FileType)> = Vec::new();
+    let mut git_entries: Vec<(PathBuf, PathBuf, EntryKind)> = Vec::new();
     let mut nested_garuda = Vec::new();
+    // What each folder holds, from the cache when the folder has not changed since it was
+    // listed (`walk_cache`): the walk below judges it the same way either way.
+    let mut cache = WalkCache::open(garuda_home, root);
     // An explicit stack: a deeply nested tree must not overflow the supervisor's stack.
     let mut pending = vec![root.to_path_buf()];
     while let Some(dir) = pending.pop() {
         // An unlistable directory is an error, not a skip: the command runs as the same user,
         // can `chmod` it back (it is writable) and read a `.env` the walk never saw.
-        let list_error = |source| PolicyError::ReadDir {
-            path: dir.clone(),
-            source,
-        };
-        for entry in fs::read_dir(&dir).map_err(list_error)? {
-            let entry = entry.map_err(list_error)?;
-            let name = entry.file_name();
-            let path = entry.path();
-            // `file_type` does not follow links: a link to `/` or to the home directory is
-            // never walked, so the walk cannot list or create anything through it.
-            let kind = entry.file_type().map_err(list_error)?;
-            if is_env_file_name(&name) {
-                // Through a link the secret is the target; a dangling link holds nothing.
-                if let Some(secret) = canonical_if_exists(&path)? {
-                    env_files.push(secret);
-                }
-            }
-            if name == ".git" {
-                git_entries.push((dir.clone(), path, kind));
-                continue;
-            }
-            if name == ".garuda" && dir != root {
-                nested_garuda.push(path.clone());
-            }
-            if kind.is_dir() {
-                pending.push(path);
+        let listing =
+            cache
+                .list(&dir, is_env_file_name)
+                .map_err(|source| PolicyError::ReadDir {
+                    path: dir.clone(),
+                    source,
+                })?;
+        for name in &listing.env {
+            // Through a link the secret is the target; a dangling link holds nothing.
+            if let Some(secret) = canonical_if_exists(&dir.join(name))? {
+                env_files.push(secret);
             }
         }
+        if let Some(kind) = listing.git {
+            git_entries.push((dir.clone(), dir.join(".git"), kind));
+        }
+        if listing.garuda && dir != root {
+            nested_garuda.push(dir.join(".garuda"));
+        }
+        pending.extend(listing.subdirs.iter().map(|name| dir.join(name)));
     }
+    cache.save();
     walker.root_garuda()?;
     for path in nested_garuda {
         // An existing nested `.garuda` folder (through a link, its target) is read-only. It
@@ -135,7 +133,7 @@ pub(crate) fn scan_project(
     }
     // Real folders first, so that links and pointers resolved afterwards know which folders
     // are read-only.
-    git_entries.sort_by_key(|(_, _, kind)| (!kind.is_dir(), !kind.is_file()));
+    git_entries.sort_by_key(|(_, _, kind)| (*kind != EntryKind::Dir, *kind != EntryKind::File));
     for (parent, path, kind) in &git_entries {
         walker.git_entry(parent, path, *kind)?;
     }
@@ -211,16 +209,13 @@ impl Walker {
         &mut self,
         parent: &Path,
         path: &Path,
-        kind: fs::FileType,
+        kind: EntryKind,
     ) -> Result<(), PolicyError> {
-        if kind.is_dir() {
-            return self.git_dir(Some(parent), path);
-        }
-        if kind.is_file() {
-            return self.git_file(parent, path);
-        }
-        if !kind.is_symlink() {
-            return Ok(());
+        match kind {
+            EntryKind::Dir => return self.git_dir(Some(parent), path),
+            EntryKind::File => return self.git_file(parent, path),
+            EntryKind::Other => return Ok(()),
+            EntryKind::Symlink => {}
         }
         if self.replaceable_link(path) {
             return Err(PolicyError::ProtectedLinkInDirectMode {
@@ -376,7 +371,7 @@ impl Walker {
             let Ok(meta) = fs::symlink_metadata(&path) else {
                 continue;
             };
-            return self.git_entry(dir, &path, meta.file_type());
+            return self.git_entry(dir, &path, EntryKind::of(meta.file_type()));
         }
         Ok(())
     }

@@ -2238,6 +2238,10 @@ pub struct BwrapNamespaces {
     pub bridge: Option<BridgeHandoff>,
     /// With the network off: the resolver stub's sockets handoff.
     pub dns: Option<DnsHandoff>,
+    /// The process limit as a PID namespace of the hook's own (Linux 6.14 and later): the
+    /// contents written to its `pid_max`. bwrap then runs as PID 1 of that namespace, and
+    /// every process it makes (its own PID namespace is nested inside) takes a pid there.
+    pub pid_max: Option<Vec<u8>>,
 }
 
 /// Install a `pre_exec` hook on a `std::process::Command` that, in the child, clears
@@ -2281,6 +2285,9 @@ pub fn bwrap_pre_exec(
         if ns.mount.is_some() {
             flags |= libc::CLONE_NEWNS;
         }
+        if ns.pid_max.is_some() {
+            flags |= libc::CLONE_NEWPID;
+        }
         // SAFETY: unshare takes flags only.
         cvt(unsafe { libc::unshare(flags) } as libc::c_long)?;
         write_id_maps(&ns.uid_map, &ns.gid_map).map_err(io::Error::from_raw_os_error)?;
@@ -2299,12 +2306,123 @@ pub fn bwrap_pre_exec(
             hold_at(path, *fd).map_err(io::Error::from_raw_os_error)?;
             clear_cloexec(*fd)?;
         }
+        if let Some(pid_max) = &ns.pid_max {
+            // Returns only in the new namespace's PID 1, which goes on to execute bwrap.
+            enter_pid_namespace(pid_max)?;
+        }
         Ok(())
     };
     // SAFETY: the hook runs between fork and exec and only calls close_range, fcntl, setrlimit,
     // open, openat, fstat, dup3, write, read, close, unshare, mount, socket, ioctl, setsockopt,
-    // bind, listen and sendmsg on data captured before the fork; it allocates nothing.
+    // bind, listen, sendmsg, pipe2, fork, prctl, poll, sigaction, waitpid, kill and _exit on
+    // data captured before the fork; it allocates nothing.
     unsafe { cmd.pre_exec(hook) };
+}
+
+/// The bubblewrap spawn hook's last step when the process limit is a PID namespace of its own
+/// (already unshared with the hook's other namespaces): fork, so that the child is PID 1 of
+/// that namespace. The child bounds the namespace's `pid_max` and returns, and the spawn
+/// executes bwrap in it. This process (the one `std` spawned, whose pid the executor waits
+/// for and kills) never returns: it waits for bwrap and exits as bwrap did.
+///
+/// Why not the `pids` cgroup bubblewrap used to join as root: joining a cgroup on this
+/// machine's cgroup v1 hierarchy waits for an RCU grace period after any idle moment (6–14 ms
+/// per command), and `RLIMIT_NPROC` does not bind root. A namespace's `pid_max` binds
+/// everyone, costs one fork, and its PID 1 leaving kills everything still in it.
+fn enter_pid_namespace(pid_max: &[u8]) -> io::Result<()> {
+    // The life line: while this process lives, the child's read end sees no hang-up.
+    let mut life = [-1 as libc::c_int; 2];
+    // SAFETY: `life` is a valid array of two ints for pipe2 to fill.
+    cvt(unsafe { libc::pipe2(life.as_mut_ptr(), libc::O_CLOEXEC) } as libc::c_long)?;
+    let [life_read, life_write] = life;
+    // SAFETY: fork in the spawned child, which has one thread; both sides make only
+    // async-signal-safe calls on data prepared before the spawn.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // PID 1 of the namespace. Its parent's death (a SIGKILL at the timeout or from the
+        // supervisor's signal forwarding) kills it, and with it the whole namespace.
+        // SAFETY: prctl with integer arguments.
+        let set = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+        cvt(set as libc::c_long)?;
+        // SAFETY: closing this side's copy of the write end.
+        unsafe { libc::close(life_write) };
+        // The parent may have died before the death signal was set: then the write end has
+        // no holder left and the read end reports a hang-up. (`getppid` cannot tell: PID 1 of
+        // a namespace always sees 0.)
+        let mut probe = libc::pollfd {
+            fd: life_read,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; zero timeout.
+        let ready = unsafe { libc::poll(&mut probe, 1, 0) };
+        if ready != 0 {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        write_file(c"/proc/sys/kernel/pid_max", pid_max).map_err(io::Error::from_raw_os_error)?;
+        return Ok(());
+    }
+    wait_for_pid1(pid, life_write)
+}
+
+/// The spawned process's part once PID 1 of its namespace exists: keep nothing but the life
+/// line, wait for PID 1 (bwrap), and end the way it ended.
+fn wait_for_pid1(pid1: libc::pid_t, life_write: RawFd) -> ! {
+    // Terminal signals are the supervisor's to handle (it forwards a SIGKILL here); the
+    // supervisor's own handlers are still installed in this copy of it, so set each one this
+    // process could receive from the terminal or a dying pipe to "ignore".
+    for signal in [
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGHUP,
+        libc::SIGTSTP,
+        libc::SIGTTIN,
+        libc::SIGTTOU,
+        libc::SIGPIPE,
+    ] {
+        // SAFETY: `signal` with a constant disposition.
+        unsafe { libc::signal(signal, libc::SIG_IGN) };
+    }
+    // Only bwrap's copies of std's exec-error pipe, the output pipes and the handles stay
+    // open: the executor's readers see the end when bwrap's tree is gone.
+    let life = life_write as libc::c_uint;
+    // SAFETY: close_range with integer arguments.
+    unsafe {
+        if life > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, life - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, life + 1, u32::MAX, 0u32);
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid int for waitpid to fill.
+        let r = unsafe { libc::waitpid(pid1, &mut status, 0) };
+        if r == pid1 {
+            break;
+        }
+        if r < 0 && errno() != libc::EINTR {
+            // SAFETY: ends this process.
+            unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+        }
+    }
+    match decode_status(status) {
+        // SAFETY: ends this process.
+        RawExit::Code(code) => unsafe { libc::_exit(code) },
+        RawExit::Signal(signal) => {
+            // End by the same signal, without a core file of this copy of the supervisor.
+            // SAFETY: prctl, signal and kill with integer arguments; _exit ends the process
+            // if the signal did not.
+            unsafe {
+                libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+                libc::signal(signal, libc::SIG_DFL);
+                libc::kill(libc::getpid(), signal);
+                libc::_exit(128 + signal)
+            }
+        }
+    }
 }
 
 /// Put the spawned host-executor command in its own process group so the whole group can be

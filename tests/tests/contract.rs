@@ -375,11 +375,14 @@ fn cases(fx: &Fixture, kind: ExecutorKind) -> Vec<Case> {
         })),
         iso(line(&[""])),
     );
-    // `landlock` bounds the PID namespace (`pid_max`), `bubblewrap` as root a pids cgroup:
-    // both stop at the policy's limit. `bubblewrap` as another user sets `RLIMIT_NPROC`, which
-    // counts all of the user's processes, to the machine's processes plus the allowance: a
-    // looser bound, still well below the bomb.
-    let fork_limit = if kind == ExecutorKind::Bubblewrap && !is_root() {
+    // Both Linux executors bound a PID namespace's `pid_max` (Linux 6.14 and later: `landlock`
+    // its own, `bubblewrap` the one its spawn hook makes around bwrap), so both stop at the
+    // policy's limit, for root and for any other user. (On an older kernel `bubblewrap` falls
+    // back to a pids cgroup as root and to `RLIMIT_NPROC`, which counts all of the user's
+    // processes, as another user: a looser bound, still well below the bomb.)
+    let namespaced = garuda_supervisor::executor::pidns::kernel_version()
+        .is_some_and(|v| v >= garuda_supervisor::executor::pidns::MIN_KERNEL);
+    let fork_limit = if kind == ExecutorKind::Bubblewrap && !is_root() && !namespaced {
         FORK_BOMB / 2
     } else {
         util::MAX_PROCESSES as usize + 1

@@ -152,14 +152,18 @@ fn check(kind: ExecutorKind) {
     }
 
     // From the host, while the probe waits.
+    // The command's PID 1: PID 1 of the deepest PID namespace among garuda's descendants
+    // (`bubblewrap` runs bwrap as PID 1 of a namespace of the spawn hook's, for the process
+    // limit, and bwrap's own namespace, the command's, is nested inside it).
     let tree = descendants(garuda);
     let pid1 = *tree
         .iter()
-        .find(|p| {
+        .filter(|p| {
             let nspid = status_field(**p, "NSpid");
             let ids: Vec<&str> = nspid.split_whitespace().collect();
             ids.len() > 1 && ids.last() == Some(&"1")
         })
+        .max_by_key(|p| status_field(**p, "NSpid").split_whitespace().count())
         .unwrap_or_else(|| panic!("{kind}: no PID 1 among garuda's descendants {tree:?}"));
     let mut failures = Vec::new();
     let mut expect = |what: String, ok: bool| {

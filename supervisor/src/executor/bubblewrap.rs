@@ -255,7 +255,9 @@ pub fn availability() -> Result<String, String> {
             String::from_utf8_lossy(&probe.stderr).trim()
         ));
     }
-    let limit = if sys::current_uid() != 0 {
+    let limit = if pid_max_is_namespaced() {
+        "process limit: pid_max of a PID namespace"
+    } else if sys::current_uid() != 0 {
         "process limit: RLIMIT_NPROC"
     } else if pids_cgroup_base().is_some() {
         "process limit: pids cgroup"
@@ -272,14 +274,33 @@ pub fn availability() -> Result<String, String> {
 
 /// The process limit for the command's tree.
 ///
-/// For a non-root user `RLIMIT_NPROC` works, but the kernel counts every process of the user,
+/// On Linux 6.14 and later (where `pid_max` is per PID namespace) the spawn hook makes a PID
+/// namespace of its own with `pid_max` bounded, and bwrap runs as its PID 1: this binds root
+/// too, costs one fork, and joins no cgroup (see [`sys::bwrap_pre_exec`]). On older kernels:
+/// for a non-root user `RLIMIT_NPROC` works, but the kernel counts every process of the user,
 /// inside and outside the sandbox; the limit is therefore the number of processes now running
 /// on the machine plus the policy's allowance. Root is exempt from `RLIMIT_NPROC`, so for root
 /// the `pids` cgroup controller is used when the machine has one.
 enum ProcessLimit {
+    PidNamespace(u32),
     Rlimit(u64),
     Cgroup(PathBuf),
     None,
+}
+
+/// Processes of bubblewrap's own in the limit's namespace: bwrap itself (PID 1 there) and the
+/// init of the PID namespace bwrap makes inside it.
+const BWRAP_OWN_PROCESSES: u32 = 2;
+
+/// `pid_max` of the hook's PID namespace for a policy allowing `max` processes: as the
+/// `landlock` executor's, never below the kernel's minimum, plus bwrap's own two.
+fn namespace_pid_max(max: u32) -> u32 {
+    max.max(super::pidns::MIN_PID_MAX)
+        .saturating_add(BWRAP_OWN_PROCESSES)
+}
+
+fn pid_max_is_namespaced() -> bool {
+    super::pidns::kernel_version().is_some_and(|v| v >= super::pidns::MIN_KERNEL)
 }
 
 fn running_processes() -> u64 {
@@ -291,6 +312,9 @@ fn running_processes() -> u64 {
 }
 
 fn process_limit(max: u32) -> ProcessLimit {
+    if pid_max_is_namespaced() {
+        return ProcessLimit::PidNamespace(namespace_pid_max(max));
+    }
     if sys::current_uid() != 0 {
         return ProcessLimit::Rlimit(running_processes() + u64::from(max));
     }
@@ -393,6 +417,7 @@ pub fn bare_command(
         mount: None,
         bridge: None,
         dns: None,
+        pid_max: None,
     };
     sys::bwrap_pre_exec(&mut command, keep, None, None, namespaces, holds);
     command
@@ -474,11 +499,13 @@ impl Executor for BubblewrapExecutor {
                 channel: theirs.as_raw_fd(),
             });
         let limit = process_limit(policy.limits.max_processes);
-        let (nproc, cgroup_procs) = match &limit {
-            ProcessLimit::Rlimit(n) => (Some(*n), None),
+        let (nproc, cgroup_procs, pid_max) = match &limit {
+            ProcessLimit::PidNamespace(max) => (None, None, Some(max.to_string().into_bytes())),
+            ProcessLimit::Rlimit(n) => (Some(*n), None, None),
             ProcessLimit::Cgroup(dir) => (
                 None,
                 CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).ok(),
+                None,
             ),
             // Fail closed: without a process limit a fork bomb would reach the host.
             ProcessLimit::None => {
@@ -505,6 +532,7 @@ impl Executor for BubblewrapExecutor {
             mount,
             bridge: bridge_plan,
             dns: stub.as_ref().map(|(_, _, plan)| *plan),
+            pid_max,
         };
         let holds = holds(policy, &fds.binds);
         sys::bwrap_pre_exec(&mut command, keep, nproc, cgroup_procs, namespaces, holds);

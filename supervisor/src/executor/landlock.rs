@@ -42,13 +42,7 @@ use super::{CommandSpec, ExecError, Executor, ExecutorKind, ExitStatus, Outcome,
 use crate::netbridge;
 use crate::sys::{self, MountStep, NativePlan, Stage};
 
-/// Smallest process limit the native executor can set: the kernel refuses a `pid_max` below
-/// 301. A smaller `max_processes` is raised to this.
-pub const MIN_PID_MAX: u32 = 301;
-
-/// Oldest kernel whose `pid_max` is per PID namespace (the process limit); on an older kernel
-/// the write would reach the host's global limit, so the executor refuses to run there.
-pub const MIN_KERNEL: (u32, u32) = (6, 14);
+pub use super::pidns::{kernel_version, MIN_KERNEL, MIN_PID_MAX};
 
 /// Oldest Landlock ABI the executor accepts: ABI 3 handles truncation, so every way of
 /// changing a file's content is mediated.
@@ -132,13 +126,6 @@ pub fn availability() -> Result<String, String> {
     Ok(format!(
         "Landlock ABI {abi}, user namespaces, mount_setattr"
     ))
-}
-
-/// `(major, minor)` of the running kernel.
-pub fn kernel_version() -> Option<(u32, u32)> {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let mut it = release.trim().split(['.', '-']);
-    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
 
 fn kernel_supported() -> Result<(), String> {

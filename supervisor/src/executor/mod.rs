@@ -17,6 +17,7 @@ pub mod capture;
 pub mod host;
 pub mod landlock;
 pub mod layout;
+pub mod pidns;
 pub mod probe_cache;
 pub mod program;
 pub mod seatbelt;

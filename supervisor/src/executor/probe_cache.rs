@@ -42,8 +42,10 @@ use crate::sys;
 pub const DIR: &str = "cache";
 /// The cache's file, in [`DIR`].
 pub const FILE: &str = "executors.json";
-/// Format version; a file of another version is ignored.
-const VERSION: u32 = 1;
+/// Format version; a file of another version is ignored. 2: bubblewrap's detail names its
+/// process limit as a PID namespace's `pid_max` (issue 12), so answers cached before are probed
+/// again.
+const VERSION: u32 = 2;
 /// A longer file is not read (it is not one Garuda wrote).
 const MAX_BYTES: u64 = 64 * 1024;
 /// A cached detail longer than this is not believed (Garuda's are under 100 characters).
