@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 
-const WORKSPACE_CRATES: [&str; 7] = [
+const WORKSPACE_CRATES: [&str; 8] = [
     "garuda-text",
     "garuda-ipc",
     "garuda-policy",
@@ -26,6 +26,7 @@ const WORKSPACE_CRATES: [&str; 7] = [
     "garuda-staging",
     "garuda",
     "garuda-agent",
+    "garuda-modelserver",
 ];
 
 struct Crate {
@@ -38,7 +39,7 @@ struct Crate {
 /// A crate every crate may depend on.
 const ANY_CRATE_MAY_USE: [&str; 1] = ["garuda-text"];
 
-const CRATES: [Crate; 7] = [
+const CRATES: [Crate; 8] = [
     Crate {
         name: "garuda-text",
         manifest: include_str!("../../text/Cargo.toml"),
@@ -74,6 +75,13 @@ const CRATES: [Crate; 7] = [
         manifest: include_str!("../../agent/Cargo.toml"),
         root: include_str!("../../agent/src/lib.rs"),
         allowed: &["garuda-ipc"],
+    },
+    Crate {
+        // Test tooling (the scripted model server): a dev-dependency only, depending on none.
+        name: "garuda-modelserver",
+        manifest: include_str!("../../modelserver/Cargo.toml"),
+        root: include_str!("../../modelserver/src/lib.rs"),
+        allowed: &[],
     },
     Crate {
         name: "garuda",
