@@ -76,8 +76,9 @@ pub fn valid_session_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
 }
 
-/// A new session id: UTC start time (so ids sort by start) and 64 random bits.
-pub(crate) fn new_session_id() -> Result<String, AuditError> {
+/// A new session id: UTC start time (so ids sort by start) and 64 random bits. The agent's
+/// session journals use the same form (`garuda sessions`).
+pub fn new_session_id() -> Result<String, AuditError> {
     let rnd = crate::fsx::random_bytes::<8>()?;
     Ok(format!("{}-{}", compact_time(now_ms()), hex(&rnd)))
 }

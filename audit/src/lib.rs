@@ -140,8 +140,8 @@ pub use error::AuditError;
 pub use events::Retention;
 pub use keys::{key_export, InstallSecret, KeyId};
 pub use layout::{
-    ckpt_file_name, log_file_name, project_audit_dir, project_dir_name, valid_session_id,
-    INDEX_FILE,
+    ckpt_file_name, log_file_name, new_session_id, project_audit_dir, project_dir_name,
+    valid_session_id, INDEX_FILE,
 };
 pub use line::MAX_LINE_BYTES;
 pub use report::{
@@ -149,7 +149,7 @@ pub use report::{
     SessionSummary, Severity, TargetFacts, WitnessFacts,
 };
 pub use show::{list_sessions, show, show_each, Shown};
-pub use util::{hex, parse_hex32, Hash, ZERO_HASH};
+pub use util::{format_time, hex, parse_hex32, parse_time, Hash, ZERO_HASH};
 pub use verify::{
     verify, verify_session_bytes, ShownLine, VerifyOptions, VerifyTarget, DEFAULT_CTIME_SLACK,
 };

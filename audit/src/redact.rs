@@ -736,6 +736,58 @@ mod tests {
 }
 
 #[cfg(test)]
+mod provider_key_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The model providers' keys (issue 14): wherever one lands in an event (a command's
+    /// output, an argument, a header, a nested field, a journal record), it is gone from
+    /// the redacted event. Each key is made up, in the shape of a real one.
+    #[test]
+    fn provider_keys_in_an_event_are_redacted() {
+        let keys = [
+            (
+                "sk-ant-api03-Xy7Kq2LmN9pR4sT6vW8zA1bC3dE5fG7hJ9kL-AbCdEfAA",
+                "anthropic-key",
+            ),
+            ("sk-proj-Zx81Qw7TmLp03RbVd9KfHs2NqWeRtY", "openai-key"),
+            ("sk-3fJ9dkQ02LmZpW7xRt5YvB1nC8aE4gHs", "openai-key"),
+            ("sk-or-v1-0123456789abcdef0123456789abcdef", "openai-key"),
+        ];
+        for (key, kind) in keys {
+            let mut event = json!({
+                "output": format!("printenv said {key}\n"),
+                "argv": ["curl", "-H", format!("x-api-key: {key}"), "https://api.example.com"],
+                "headers": {"authorization": format!("Bearer {key}")},
+                "record": {"role": "user", "content": [{"type": "text", "text": format!("use {key} please")}]},
+                "note": "the build passed",
+            });
+            redact_value(&mut event);
+            let text = event.to_string();
+            let secret = &key[key.len() - 12..];
+            assert!(!text.contains(secret), "{key} left in {text}");
+            assert!(
+                text.contains(&format!("[REDACTED:{kind}]")),
+                "{kind} missing in {text}"
+            );
+            // What is not a key stays as it was.
+            assert_eq!(event["note"], "the build passed");
+            assert_eq!(event["argv"][0], "curl");
+            assert_eq!(event["argv"][3], "https://api.example.com");
+        }
+        // A key with no known shape is still caught by its header's name.
+        let mut event = json!({"argv": ["curl", "-H", "x-api-key: plainsecretvalue"]});
+        redact_value(&mut event);
+        assert!(!event.to_string().contains("plainsecretvalue"), "{event}");
+        // Negative control: the same value under a harmless name is kept (the redactor
+        // cannot know it) — which is why keys never enter events in the first place.
+        let mut event = json!({"argv": ["echo", "plainsecretvalue"]});
+        redact_value(&mut event);
+        assert!(event.to_string().contains("plainsecretvalue"));
+    }
+}
+
+#[cfg(test)]
 mod argv_tests {
     use super::*;
     use serde_json::json;

@@ -156,7 +156,7 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` (always 24 bytes for years 1970..=9999).
-pub(crate) fn format_time(ms: u64) -> String {
+pub fn format_time(ms: u64) -> String {
     let secs = ms / 1000;
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
@@ -187,7 +187,7 @@ pub(crate) fn compact_time(ms: u64) -> String {
 }
 
 /// Parses the exact form written by [`format_time`]; anything else is `None`.
-pub(crate) fn parse_time(s: &[u8]) -> Option<u64> {
+pub fn parse_time(s: &[u8]) -> Option<u64> {
     if s.len() != 24 {
         return None;
     }

@@ -170,7 +170,8 @@ pub enum Request {
         outside_sandbox: bool,
     },
     /// Append one record to the session's journal (the conversation, for resume and replay).
-    /// The supervisor stores it as opaque data; it never decides anything.
+    /// The supervisor stores it with its secrets redacted (the audit log's redactor); it
+    /// never decides anything on it. A record that is not one JSON value is refused.
     JournalAppend {
         /// One JSON record, as text.
         record: String,

@@ -35,6 +35,24 @@ pub const DEFAULT_ENV_ALLOW: &[&str] = &[
     "FORCE_COLOR",
 ];
 
+/// The model providers' own variables: their keys and the base URLs the keys are sent to.
+/// Never inherited, **even when `env.allow` names one**: the supervisor reads them for the
+/// agent's model and hands the key to the agent alone, so a command (or a settings file that
+/// lists one) must not get it. Compared without regard to case. The provider table
+/// (`supervisor/src/models.rs`) checks that every built-in provider's variables are here; a
+/// provider added in `models.json` has its variables removed by the supervisor before any
+/// child starts.
+pub const PROVIDER_ENV_DENY: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_API_BASE",
+    "OPENROUTER_API_KEY",
+    "OPENROUTER_BASE_URL",
+];
+
 /// Substrings (compared case-insensitively) that mark a name as a credential.
 const CREDENTIAL_WORDS: &[&str] = &["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"];
 
@@ -54,11 +72,19 @@ const COMMAND_TMPDIR: &str = "/tmp";
 
 /// Decides whether the command inherits the variable `name`.
 ///
-/// A name listed exactly in `allow` (`env.allow` of the managed or user settings) is always
+/// A provider's key or base URL ([`PROVIDER_ENV_DENY`]) is never inherited. Otherwise a name
+/// listed exactly in `allow` (`env.allow` of the managed or user settings) is always
 /// inherited: someone trusted named it on purpose. Otherwise a name that looks like a
 /// credential or a capability is dropped even when the default table lists it, so a
 /// `CARGO_REGISTRY_TOKEN` or `PYTHONPATH_KEY` never leaks by pattern.
 fn env_var_allowed(name: &str, allow: &[String]) -> bool {
+    // Before the allowlist: a model key must not reach a command whoever listed it.
+    if PROVIDER_ENV_DENY
+        .iter()
+        .any(|denied| denied.eq_ignore_ascii_case(name))
+    {
+        return false;
+    }
     if allow.iter().any(|allowed| allowed == name) {
         return true;
     }
@@ -184,6 +210,32 @@ mod tests {
         assert!(got.contains(&(OsString::from("NPM_TOKEN"), OsString::from("npm_abc"))));
         assert!(got.contains(&(OsString::from("TMPDIR"), OsString::from("/tmp"))));
         assert_eq!(got.iter().filter(|(k, _)| k == "TMPDIR").count(), 1);
+    }
+
+    /// A provider's key or base URL never passes, even when `env.allow` names it exactly
+    /// (in any case). Negative control: another credential named the same way does pass, so
+    /// the refusal is the deny list's and not the credential pattern's.
+    #[test]
+    fn provider_variables_never_pass_even_when_allowed() {
+        for name in PROVIDER_ENV_DENY {
+            let lower = name.to_ascii_lowercase();
+            for spelled in [name.to_string(), lower] {
+                let allow = vec![spelled.clone()];
+                assert!(!env_var_allowed(&spelled, &allow), "{spelled} allowed");
+                let host = vars(&[(spelled.as_str(), "sk-ant-api03-not-a-real-key-0123456789")]);
+                let got = command_env(&host, &allow);
+                assert_eq!(got, vars(&[("TMPDIR", "/tmp")]), "{spelled}");
+            }
+        }
+        // The base URLs carry no credential pattern: only the deny list stops them.
+        assert!(!env_var_allowed(
+            "OPENAI_BASE_URL",
+            &["OPENAI_BASE_URL".to_string()]
+        ));
+        // Negative control: the allowlist still wins for a credential outside the list.
+        let allow = vec!["NPM_TOKEN".to_string(), "MY_BASE_URL".to_string()];
+        assert!(env_var_allowed("NPM_TOKEN", &allow));
+        assert!(env_var_allowed("MY_BASE_URL", &allow));
     }
 
     #[cfg(unix)]

@@ -71,7 +71,8 @@
 //! - **Hidden directories**: `/run`, `/var/run` and `$XDG_RUNTIME_DIR`, where host daemons keep
 //!   their sockets.
 //! - **Environment**: an allowlist (see [`DEFAULT_ENV_ALLOW`]) minus anything that looks like a
-//!   credential, plus `TMPDIR=/tmp`.
+//!   credential, never a model provider's key or base URL ([`PROVIDER_ENV_DENY`]), plus
+//!   `TMPDIR=/tmp`.
 //! - **Network** isolated, and default [`Limits`].
 //!
 //! ```no_run
@@ -114,7 +115,7 @@ mod test_support;
 pub use assemble::{build_exec_policy, build_exec_policy_noting, check_writable, PolicyNotice};
 pub use command::{SimpleCommand, SplitError};
 pub use describe::{describe, render as render_entries, Entry};
-pub use env::DEFAULT_ENV_ALLOW;
+pub use env::{DEFAULT_ENV_ALLOW, PROVIDER_ENV_DENY};
 pub use error::PolicyError;
 pub use exec::{ExecPolicy, Limits, NetworkMode, StagedView};
 pub use host::HostEnv;

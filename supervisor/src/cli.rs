@@ -154,6 +154,16 @@ enum Cmd {
         #[command(subcommand)]
         action: AuditCmd,
     },
+    /// List the agent sessions of the project (oldest last write first): id, start, last
+    /// write, records, first prompt.
+    Sessions {
+        /// The project (default: the git root above the current folder).
+        #[arg(long)]
+        project: Option<PathBuf>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show which executors this machine can run, and why not.
     Doctor {
         /// Machine-readable output.
@@ -430,6 +440,13 @@ pub fn main() -> i32 {
             port,
         } => crate::demo::probe(&secret, &inside, &outside, port),
         Cmd::Agent { args } => crate::agent::main(args),
+        Cmd::Sessions { project, json } => match crate::sessions::command(project, json) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("garuda: {}", visible(&describe_error(&e)));
+                SETUP_FAILED
+            }
+        },
         Cmd::Doctor { json } => {
             let r = crate::doctor::report();
             if json {

@@ -12,6 +12,10 @@
 //! - [`demo`]: `garuda demo`, the sandbox at work on a throwaway project;
 //! - [`agent`]: the confined agent process — its spawner, and `garuda agent`'s own
 //!   confinement and self-check;
+//! - [`models`]: which model a session talks to (built-in providers, `models.json`, the SDKs'
+//!   variables) and its key (`credentials`), kept out of every child's environment;
+//! - [`sessions`]: the agent sessions' journals (redacted, private, reached without following
+//!   links) and `garuda sessions`;
 //! - [`broker`]: the supervisor's side of the agent's API: the state table and server, the file tools, which resolve every
 //!   path beneath the held project root and ask the permission engine before they touch it;
 //! - `sys`: the only module of the workspace with `unsafe` code, every block with a
@@ -30,8 +34,10 @@ pub mod demo;
 pub mod dnsstub;
 pub mod doctor;
 pub mod executor;
+pub mod models;
 pub mod netbridge;
 pub mod project;
 pub mod proxy;
 pub mod record;
+pub mod sessions;
 pub(crate) mod sys;

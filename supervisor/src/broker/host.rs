@@ -2,7 +2,8 @@
 //! agent session. File tools go to [`FileTools`] (beneath the held project root); a command
 //! line goes through the permission engine, then runs exactly as `garuda sandbox` runs it (the
 //! same binary, as a child, with `--capture`: executor, staged mode, proxy, limits and its own
-//! audit session); a journal record is appended to the session's journal.
+//! audit session); a journal record is appended to the session's journal, redacted
+//! ([`crate::sessions::append_record`]).
 //!
 //! An "ask" verdict goes to the [`Approver`], which is the supervisor's terminal (the chat) or,
 //! with no terminal, [`NoTerminal`]: the answer is no. The agent never sees the question.
@@ -11,7 +12,7 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -82,7 +83,8 @@ pub struct SessionTools<'a> {
 
 impl<'a> SessionTools<'a> {
     /// The tools of a session in `files`' project. `journal`: the session journal, opened for
-    /// appending (`None`: records are refused).
+    /// appending (`crate::sessions::SessionStore::create` or `resume`; `None`: records are
+    /// refused).
     pub fn new(
         files: FileTools,
         engine: Engine<'a>,
@@ -268,12 +270,13 @@ impl<'a> SessionTools<'a> {
         let Some(journal) = self.journal.as_mut() else {
             return error(ErrorCode::Io, "this session keeps no journal");
         };
-        let mut line = Vec::with_capacity(record.len() + 1);
-        line.extend_from_slice(record.as_bytes());
-        line.push(b'\n');
-        match journal.write_all(&line) {
+        // Redacted with the audit log's redactor before it reaches the disk.
+        match crate::sessions::append_record(journal, record) {
             Ok(()) => Answer::Stored,
-            Err(e) => error(ErrorCode::Io, format!("cannot write the journal: {e}")),
+            Err(e @ crate::sessions::RecordError::NotJson(_)) => {
+                error(ErrorCode::InvalidArgument, e.to_string())
+            }
+            Err(e) => error(ErrorCode::Io, e.to_string()),
         }
     }
 }
