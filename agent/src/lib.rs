@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod model;
+pub mod turn;
 
 pub use garuda_ipc::PROTOCOL_VERSION;
 
