@@ -7,8 +7,8 @@
 //! through the supervisor's proxy and reaches everything else through the IPC API of
 //! `garuda-ipc` only.
 //!
-//! Status: [`run`] is a stub until the agent loop's issue: it says `hello` and waits for
-//! `shutdown`. The confinement itself is applied by `garuda agent` (the supervisor binary's
+//! [`run`] serves the channel: `hello`, `start`, one turn of [`turn::Agent`] per prompt, with
+//! the model reached through [`model::ModelClient`]. The confinement itself is applied by `garuda agent` (the supervisor binary's
 //! hidden subcommand, `supervisor/src/agent/`) before it calls [`run`]. Dependency rule (checked by a test): this crate depends on `garuda-ipc` and
 //! model/HTTP crates only, never on `policy`, `staging`, `audit` or the supervisor.
 #![forbid(unsafe_code)]
@@ -20,22 +20,61 @@ pub use garuda_ipc::PROTOCOL_VERSION;
 
 use std::os::unix::net::UnixStream;
 
-use garuda_ipc::{decode, read_frame, write_frame, AgentFrame, FrameError, SupervisorFrame};
+/// Why the agent stopped before the supervisor said `shutdown`.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The channel to the supervisor failed.
+    #[error("the channel to the supervisor: {0}")]
+    Link(#[from] turn::LinkError),
+    /// The channel failed before the session began.
+    #[error("the channel to the supervisor: {0}")]
+    Io(#[from] std::io::Error),
+    /// The supervisor's first frame was not `start`, or the channel closed before it.
+    #[error("expected the supervisor's start, got {0}")]
+    NoStart(String),
+    /// The model endpoint in `start` cannot be used.
+    #[error(transparent)]
+    Model(#[from] model::ModelError),
+    /// `start` carried a journal that does not rebuild.
+    #[error("the session's journal cannot be resumed: {0}")]
+    Journal(#[from] turn::journal::JournalError),
+}
 
 /// Serve the channel to the supervisor, once `garuda agent` has confined and checked itself:
-/// send `hello`, then read frames until `shutdown` or the end of the stream. The model loop
-/// comes with its own issue; until then every other frame is read and ignored.
-pub fn run(mut channel: UnixStream) -> Result<(), FrameError> {
-    write_frame(
-        &mut channel,
-        &AgentFrame::Hello {
-            protocol: PROTOCOL_VERSION,
-        },
-    )?;
-    while let Some(body) = read_frame(&mut channel)? {
-        if let SupervisorFrame::Shutdown = decode::<SupervisorFrame>(&body)? {
-            break;
+/// send `hello`, take `start` (the model endpoint, the limits, the system prompt, and for a
+/// resumed session its journal), then run one turn per `user_prompt` until `shutdown` or the
+/// end of the channel. Everything runs on one thread (a current-thread runtime) besides the
+/// link's reader thread.
+pub fn run(channel: UnixStream) -> Result<(), RunError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(channel))
+}
+
+async fn serve(channel: UnixStream) -> Result<(), RunError> {
+    use turn::{Agent, Control, LoopConfig, SocketSupervisor};
+    let link = SocketSupervisor::new(channel)?;
+    link.hello()?;
+    let start = match link.next_control().await {
+        Control::Start(start) => start,
+        other => return Err(RunError::NoStart(format!("{other:?}"))),
+    };
+    let client = model::ModelClient::new(&start.model)?;
+    let config = LoopConfig::from_start(&start);
+    let lines: Vec<&str> = start.resume.iter().map(String::as_str).collect();
+    let journal = turn::rebuild(&lines)?;
+    let mut agent = Agent::resume(&client, &link, config, start.system_prompt.clone(), journal);
+    loop {
+        match link.next_control().await {
+            Control::UserPrompt(text) => {
+                link.begin_turn();
+                let outcome = agent.run_turn(&text).await?;
+                link.turn_end(outcome.reason, outcome.usage)?;
+            }
+            Control::Shutdown | Control::Closed(_) => return Ok(()),
+            // A second start is refused by the supervisor's state table; ignore it here.
+            Control::Start(_) => {}
         }
     }
-    Ok(())
 }

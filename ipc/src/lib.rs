@@ -279,6 +279,14 @@ pub struct Start {
     pub system_prompt: String,
     /// Tools offered to the model; `run_command`'s `outside_sandbox` is absent under strict.
     pub tools: Vec<ToolSpec>,
+    /// The model's context window in tokens (compaction runs at 80 % of it); the agent's
+    /// default when absent.
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// `--resume`: the session's journal records so far, oldest first, from which the agent
+    /// rebuilds the same messages and what the budget already spent. Empty for a new session.
+    #[serde(default)]
+    pub resume: Vec<String>,
 }
 
 /// One model API. The key travels only here: never in an environment, journal or audit line.
@@ -904,6 +912,8 @@ mod tests {
                 },
                 system_prompt: String::new(),
                 tools: vec![],
+                context_window: None,
+                resume: Vec::new(),
             })
         );
         assert!(!shown.contains("sk-secret-123"), "{shown}");

@@ -129,6 +129,8 @@ fn start_frame() -> Start {
         },
         system_prompt: String::new(),
         tools: vec![],
+        context_window: None,
+        resume: Vec::new(),
     }
 }
 
@@ -160,6 +162,8 @@ fn round_trips(project: &Path, home: &Path, requests: Vec<Request>) -> (Vec<Dura
                 exe: PathBuf::from("/bin/false"),
                 project: project.clone(),
                 env: vec![],
+                staged: false,
+                staged_apply: false,
             },
             None,
         );

@@ -64,7 +64,60 @@ pub const APPLY_FAILED: i32 = 123;
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Cmd,
+    command: Option<Cmd>,
+    /// One task for the agent: `garuda -p "TASK"`, or `echo TASK | garuda -p`. The model's
+    /// text goes to stdout, activity to stderr; exit 0 done, 1 error, 2 a limit stopped it,
+    /// 130 Ctrl-C.
+    #[arg(short = 'p', long = "print", value_name = "TASK", num_args = 0..=1)]
+    print: Option<Option<String>>,
+    /// The model, as `provider/model` (default: `GARUDA_MODEL`, then `models.json`'s default).
+    #[arg(
+        short = 'm',
+        long = "model",
+        value_name = "PROVIDER/MODEL",
+        requires = "print"
+    )]
+    model: Option<String>,
+    /// How `-p` prints: `text` (the model's text), `json` (one result object at the end) or
+    /// `stream-json` (one JSON object per line), with Claude Code's field names.
+    #[arg(long, value_enum, default_value = "text", requires = "print")]
+    output_format: OutputFormatArg,
+    /// Continue a session of this project with the same messages: the latest, or ID
+    /// (`garuda sessions` lists them).
+    #[arg(long, value_name = "ID", num_args = 0..=1, requires = "print")]
+    resume: Option<Option<String>>,
+    /// Project root for `-p` (default: the git root above the current folder, else the folder).
+    #[arg(long = "project", value_name = "DIR", requires = "print")]
+    agent_project: Option<PathBuf>,
+    /// `-p`: run the agent's commands staged.
+    #[arg(long = "staged", requires = "print")]
+    agent_staged: bool,
+    /// `-p`: the strict profile.
+    #[arg(long = "strict", requires = "print")]
+    agent_strict: bool,
+    /// `-p`: what becomes of a staged command's change with no one to ask: `discard` (the
+    /// default: the project does not change) or `apply`.
+    #[arg(long, value_enum, default_value = "discard", requires = "print")]
+    staged_changes: StagedChangesArg,
+    /// `-p`: most model calls in the turn (default 50).
+    #[arg(long, value_name = "N", requires = "print")]
+    max_steps: Option<u32>,
+    /// `-p`: most tokens of the session, every call included (default 20,000,000).
+    #[arg(long, value_name = "N", requires = "print")]
+    token_budget: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OutputFormatArg {
+    Text,
+    Json,
+    StreamJson,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum StagedChangesArg {
+    Discard,
+    Apply,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -318,7 +371,43 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => return parse_failed(e, &args),
     };
-    match cli.command {
+    let Some(command) = cli.command else {
+        let Some(prompt) = cli.print else {
+            eprintln!("garuda: give a task with -p TASK (or on stdin with -p), or a subcommand: garuda --help lists them");
+            return SETUP_FAILED;
+        };
+        let args = crate::run_agent::RunArgs {
+            prompt,
+            model: cli.model,
+            project: cli.agent_project,
+            format: match cli.output_format {
+                OutputFormatArg::Text => crate::run_agent::OutputFormat::Text,
+                OutputFormatArg::Json => crate::run_agent::OutputFormat::Json,
+                OutputFormatArg::StreamJson => crate::run_agent::OutputFormat::StreamJson,
+            },
+            resume: cli.resume,
+            staged: cli.agent_staged,
+            strict: cli.agent_strict,
+            staged_unattended: match cli.staged_changes {
+                StagedChangesArg::Discard => crate::run_agent::StagedUnattended::Discard,
+                StagedChangesArg::Apply => crate::run_agent::StagedUnattended::Apply,
+            },
+            max_steps: cli.max_steps,
+            token_budget: cli.token_budget,
+        };
+        return match crate::run_agent::run(args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("garuda: {}", visible(&describe_error(&e)));
+                1
+            }
+        };
+    };
+    if cli.print.is_some() {
+        eprintln!("garuda: -p takes no subcommand");
+        return SETUP_FAILED;
+    }
+    match command {
         Cmd::Sandbox {
             executor,
             project,
@@ -647,6 +736,16 @@ enum ProjectFrom {
 }
 
 /// [`resolve_project`], and where the folder came from.
+/// The project for `--project` (or the current folder), as `garuda sandbox` finds it, with
+/// whether it came from the flag (for `garuda -p`).
+pub(crate) fn resolve_agent_project(
+    project: Option<PathBuf>,
+    cwd: &Path,
+) -> Result<(PathBuf, bool)> {
+    let (p, from) = resolve_project_from(project, cwd)?;
+    Ok((p, from == ProjectFrom::CurrentFolder))
+}
+
 fn resolve_project_from(project: Option<PathBuf>, cwd: &Path) -> Result<(PathBuf, ProjectFrom)> {
     let from = match &project {
         Some(_) => ProjectFrom::Flag,
@@ -1132,7 +1231,7 @@ impl Drop for NetworkSession {
 /// project, a cache or another visible folder would let the command swap the socket for a link
 /// to any host socket, or let other sandboxes use this run's proxy). `create_dir` fails on an
 /// existing path, so a folder planted by someone else is never used.
-fn private_dir() -> std::io::Result<PathBuf> {
+pub(crate) fn private_dir() -> std::io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     let base = PathBuf::from("/tmp");
     remove_stale_proxy_dirs(&base);

@@ -39,5 +39,6 @@ pub mod netbridge;
 pub mod project;
 pub mod proxy;
 pub mod record;
+pub mod run_agent;
 pub mod sessions;
 pub(crate) mod sys;

@@ -29,6 +29,16 @@ impl Recorder {
     /// Opens the session for `project` under `host`'s Garuda home, with the witness of the
     /// policy (if any), and writes its start.
     pub fn open(host: &HostEnv, project: &Path, settings: &EffectiveSettings) -> Result<Recorder> {
+        Recorder::open_tool(host, project, settings, "garuda sandbox")
+    }
+
+    /// [`Recorder::open`] for another of Garuda's tools (`garuda -p`), named in the start.
+    pub fn open_tool(
+        host: &HostEnv,
+        project: &Path,
+        settings: &EffectiveSettings,
+        tool: &str,
+    ) -> Result<Recorder> {
         let mut cfg = AuditConfig::new(&host.garuda_home, project);
         cfg.witness = settings
             .audit_witness
@@ -55,7 +65,7 @@ impl Recorder {
             })
             .collect();
         let start = json!({
-            "tool": "garuda sandbox",
+            "tool": tool,
             "project": project.display().to_string(),
             "policy_sources": sources,
             "profile": settings.profile.to_string(),

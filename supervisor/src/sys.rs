@@ -184,6 +184,14 @@ fn current_action(signal: libc::c_int) -> io::Result<libc::sigaction> {
     Ok(old)
 }
 
+/// The signal the forwarding handlers received since they were installed, if any.
+pub fn forwarded_signal() -> Option<libc::c_int> {
+    match FORWARD_RECEIVED.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        signal => Some(signal),
+    }
+}
+
 /// Registers the command the handler kills (`0` to clear). A negative value names a process
 /// group. If a signal already arrived, the command is killed at once.
 pub fn forward_signals_to(target: libc::pid_t) {

@@ -137,6 +137,8 @@ fn converse(world: &World, user: &str, yes: bool, requests: Vec<Request>) -> Run
                 ("HOME".into(), home.into_os_string()),
                 ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
             ],
+            staged: false,
+            staged_apply: false,
         };
         let mut tools = SessionTools::new(
             FileTools::open(&project).unwrap(),
@@ -280,6 +282,8 @@ fn start() -> Start {
         },
         system_prompt: String::new(),
         tools: vec![],
+        context_window: None,
+        resume: Vec::new(),
     }
 }
 

@@ -40,6 +40,8 @@ fn start() -> Start {
         },
         system_prompt: String::new(),
         tools: vec![],
+        context_window: None,
+        resume: Vec::new(),
     }
 }
 

@@ -345,6 +345,8 @@ fn the_broker_journals_records_redacted() {
             exe: garuda(),
             project: world.w.project.clone(),
             env: vec![],
+            staged: false,
+            staged_apply: false,
         },
         Some(journal),
     );

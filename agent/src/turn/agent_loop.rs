@@ -117,6 +117,9 @@ impl LoopConfig {
             token_budget: start.limits.token_budget,
             max_output_tokens: start.limits.max_output_tokens,
             outside_sandbox: outside_sandbox_offered(&start.tools),
+            context_window: start
+                .context_window
+                .unwrap_or(LoopConfig::default().context_window),
             ..LoopConfig::default()
         }
     }

@@ -68,6 +68,10 @@ pub struct CommandRunner {
     /// The environment of the child `garuda sandbox` (it applies its own allowlist to the
     /// command's).
     pub env: Vec<(OsString, OsString)>,
+    /// The session runs commands staged (`--staged`).
+    pub staged: bool,
+    /// With no person to ask: apply a staged change (`true`) or discard it (`false`).
+    pub staged_apply: bool,
 }
 
 /// The tool host of one agent session.
@@ -229,6 +233,17 @@ impl<'a> SessionTools<'a> {
         if let Some(secs) = timeout_secs {
             cmd.arg("--timeout").arg(secs.to_string());
         }
+        let staged = self.runner.staged && !outside_sandbox;
+        if staged {
+            // No person is asked here (the chat asks through its own approver): what becomes
+            // of the change is the session's setting, discard unless it says apply.
+            cmd.arg("--staged");
+            cmd.arg(if self.runner.staged_apply {
+                "--apply"
+            } else {
+                "--discard"
+            });
+        }
         cmd.args(["--", "/bin/sh", "-c", line]);
         cmd.env_clear().envs(self.runner.env.iter().cloned());
         cmd.current_dir(&self.runner.project);
@@ -253,7 +268,7 @@ impl<'a> SessionTools<'a> {
             output,
             output_truncated: out_cut || err_cut,
             blocked_hosts: Vec::new(),
-            staged: None,
+            staged: staged.then(|| staged_outcome(code, self.runner.staged_apply)),
         })
     }
 
@@ -351,4 +366,19 @@ fn decision_event(request: &Request, decision: Option<&Decision>, asked: Option<
         }
     }
     event
+}
+
+/// What became of a staged command's change, from `garuda sandbox`'s exit code, for the model.
+fn staged_outcome(code: Option<i32>, applying: bool) -> String {
+    match code {
+        Some(crate::cli::STAGED_DISCARDED) => {
+            "the change was discarded: the project did not change".into()
+        }
+        Some(crate::cli::APPLY_FAILED) => "applying the change failed (see the output)".into(),
+        Some(crate::cli::APPLY_REFUSED) => {
+            "the change touches sensitive files and was not applied".into()
+        }
+        _ if applying => "the change (if any) was applied to the project".into(),
+        _ => "the change (if any) was discarded: the project did not change".into(),
+    }
 }

@@ -1,0 +1,640 @@
+//! `garuda -p TASK`: one task for the confined agent, from the prompt to the exit code.
+//!
+//! The supervisor does everything with a side effect and the agent only asks: this module
+//! resolves the model and its key ([`crate::models`]), starts a proxy whose allowlist is
+//! exactly the model's host, spawns the agent in its sandbox ([`crate::agent::spawn_agent`]),
+//! sends it `start` (the endpoint and key, the limits, the system prompt with the project's
+//! instruction files, and for `--resume` the session's journal), answers its requests through
+//! the broker ([`crate::broker`]) with the session's tool host, and prints what the agent
+//! shows: the model's text on stdout, activity on stderr. Every request and decision goes to
+//! the audit session of the run; the conversation goes to the session journal
+//! ([`crate::sessions`]).
+//!
+//! Exit codes: 0 the model finished; 1 an error (the model's API failed, a refusal, setup);
+//! 2 a limit stopped it (steps, tokens, repeated calls, the output limit); 130 Ctrl-C.
+
+use std::cell::Cell;
+use std::ffi::OsString;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use garuda_ipc::{Answer, Limits, Request, Start, StopReason, ToolSpec, UiEvent};
+use garuda_policy::engine::{Context as EngineContext, Engine};
+use garuda_policy::{EffectiveSettings, HostEnv};
+use serde_json::{json, Value};
+
+use crate::agent::{spawn_agent, AgentProxy, AgentSpawn};
+use crate::broker::host::{Approval, Approver, CommandRunner, SessionTools};
+use crate::broker::server::{AuditSink, Broker, ToolHost};
+use crate::broker::FileTools;
+use crate::record::Recorder;
+use crate::sessions::SessionStore;
+
+/// Port of the proxy bridge inside the agent's network namespace.
+const AGENT_PROXY_PORT: u16 = 3128;
+
+/// Instruction files read from the project root, in this order, into the system prompt.
+pub const INSTRUCTION_FILES: [&str; 4] =
+    ["AGENTS.md", "CLAUDE.md", "GARUDA.md", ".garuda/memory.md"];
+
+/// Longest instruction file taken whole; a longer one is cut with a note.
+const MAX_INSTRUCTION_BYTES: usize = 64 * 1024;
+
+/// How `-p` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    /// The model's text on stdout as it streams.
+    #[default]
+    Text,
+    /// One JSON object at the end (Claude Code's `result` fields).
+    Json,
+    /// One JSON object per line as the turn goes (Claude Code's `stream-json`).
+    StreamJson,
+}
+
+/// What becomes of a staged command's change when no person is there to ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StagedUnattended {
+    /// Discard it: the project does not change (the safe default).
+    #[default]
+    Discard,
+    /// Apply it (changes to sensitive files excepted: those are discarded).
+    Apply,
+}
+
+/// Everything `-p` was given.
+#[derive(Debug, Default)]
+pub struct RunArgs {
+    /// The task (`None`: read it from stdin).
+    pub prompt: Option<String>,
+    /// `-m provider/model`.
+    pub model: Option<String>,
+    /// `--project`.
+    pub project: Option<PathBuf>,
+    /// `--output-format`.
+    pub format: OutputFormat,
+    /// `--resume [ID]`: `Some(None)` the latest session of the project.
+    pub resume: Option<Option<String>>,
+    /// `--staged`.
+    pub staged: bool,
+    /// `--strict`.
+    pub strict: bool,
+    /// `--staged-changes`.
+    pub staged_unattended: StagedUnattended,
+    /// `--max-steps`.
+    pub max_steps: Option<u32>,
+    /// `--token-budget`.
+    pub token_budget: Option<u64>,
+}
+
+/// The audit session as the broker's sink.
+struct RecorderSink<'a>(&'a mut Recorder);
+
+impl AuditSink for RecorderSink<'_> {
+    fn record(&mut self, kind: &str, event: Value) -> Result<(), String> {
+        self.0.event(kind, event).map_err(|e| format!("{e:#}"))
+    }
+}
+
+/// No person to ask in `-p`: every question is answered no, and says so on stderr.
+struct Unattended;
+
+impl Approver for Unattended {
+    fn approve(&mut self, approval: &Approval) -> bool {
+        eprintln!(
+            "garuda: {} {} needs a yes and there is no one to ask (-p): refused ({})",
+            approval.tool,
+            garuda_text::visible(&approval.target),
+            garuda_text::visible(&approval.reason)
+        );
+        false
+    }
+}
+
+/// The tool host, with one line of activity per request on stderr (the supervisor's own
+/// words: the agent's progress events are not shown in their place).
+struct Shown<'a, 'b> {
+    inner: &'a mut SessionTools<'b>,
+    quiet: bool,
+    /// Set when a request ran: the next text the model streams starts on a new line.
+    step: Rc<Cell<bool>>,
+}
+
+impl ToolHost for Shown<'_, '_> {
+    fn call(&mut self, request: &Request) -> (Answer, Option<Value>) {
+        let line = describe(request);
+        if line.is_some() {
+            self.step.set(true);
+        }
+        let (answer, event) = self.inner.call(request);
+        if !self.quiet {
+            if let Some(line) = line {
+                let how = match &answer {
+                    Answer::Error { code, .. } => {
+                        format!(" → {}", json!(code).as_str().unwrap_or("error"))
+                    }
+                    Answer::CommandDone(done) => match (done.exit_code, done.signal) {
+                        (Some(c), _) => format!(" → exit {c}"),
+                        (None, Some(s)) => format!(" → signal {s}"),
+                        _ => String::new(),
+                    },
+                    _ => String::new(),
+                };
+                eprintln!("garuda: {line}{how}");
+            }
+        }
+        (answer, event)
+    }
+}
+
+/// One line for the user about a request (`None` for the journal).
+fn describe(request: &Request) -> Option<String> {
+    let v = garuda_text::visible;
+    Some(match request {
+        Request::ReadFile { path, .. } => format!("read {}", v(path)),
+        Request::WriteFile { path, .. } => format!("write {}", v(path)),
+        Request::EditFile { path, .. } => format!("edit {}", v(path)),
+        Request::Glob { pattern, .. } => format!("glob {}", v(pattern)),
+        Request::Grep { pattern, .. } => format!("grep {}", v(pattern)),
+        Request::RunCommand { command, .. } => format!("run {}", v(command)),
+        Request::JournalAppend { .. } => return None,
+    })
+}
+
+/// The system prompt: who the agent is, the rules in force, and the project's instruction
+/// files. Fixed for the session.
+pub fn system_prompt(project: &Path, settings: &EffectiveSettings, executor: &str) -> String {
+    let staged = settings.command_mode == garuda_policy::CommandMode::Staged;
+    let hosts: Vec<String> = settings
+        .network_allow
+        .iter()
+        .map(|(h, _)| h.to_string())
+        .collect();
+    let mut text = format!(
+        "You are Garuda, a coding agent working in the project at {project}.\n\
+         Every tool call is a request to Garuda's supervisor, which checks it against the \
+         policy and may refuse it; a refusal is an error result that says why.\n\
+         Rules in force:\n\
+         - File tools work on project-relative paths; secrets (.env files, keys) and .git \
+         internals are refused.\n\
+         - bash runs each command in an OS sandbox ({executor}): the project is writable, the \
+         rest of the machine is read-only, and {network}.\n\
+         - {staging}\n\
+         - The profile is {profile}.\n",
+        project = project.display(),
+        network = if hosts.is_empty() {
+            "there is no network".to_string()
+        } else {
+            format!("the network reaches only {}", hosts.join(", "))
+        },
+        staging = if staged {
+            "Commands are staged: a command's changes to the project are shown to the user, who applies or discards them."
+        } else {
+            "Commands change the project directly."
+        },
+        profile = settings.profile,
+    );
+    for name in INSTRUCTION_FILES {
+        let Some(body) = read_instruction(project, name) else {
+            continue;
+        };
+        text.push_str(&format!("\n# {name}\n\n{body}\n"));
+    }
+    text
+}
+
+/// An instruction file of the project, read without following a link out of it.
+fn read_instruction(project: &Path, name: &str) -> Option<String> {
+    let root = crate::broker::ProjectRoot::open(project).ok()?;
+    let shown = name.to_string();
+    let path = garuda_ipc::ProjectPath::parse(name).ok()?;
+    let found = root.lookup(&path).ok()?;
+    let mut file = root.open_for_reading(&shown, &found).ok()?;
+    let mut bytes = Vec::new();
+    use std::io::Read;
+    (&mut file)
+        .take(MAX_INSTRUCTION_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    let cut = bytes.len() > MAX_INSTRUCTION_BYTES;
+    bytes.truncate(MAX_INSTRUCTION_BYTES);
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if cut {
+        text.push_str("\n[cut: the file is longer than 64 KiB]");
+    }
+    Some(text)
+}
+
+fn exit_code(reason: StopReason) -> i32 {
+    match reason {
+        StopReason::Done => 0,
+        StopReason::MaxSteps
+        | StopReason::TokenBudget
+        | StopReason::RepeatedCalls
+        | StopReason::MaxTokens => 2,
+        StopReason::Cancelled => 130,
+        StopReason::Refusal | StopReason::ModelError => 1,
+    }
+}
+
+fn reason_name(reason: StopReason) -> String {
+    json!(reason).as_str().unwrap_or("unknown").to_string()
+}
+
+/// Runs `-p`; the exit code.
+pub fn run(args: RunArgs) -> Result<i32> {
+    let prompt = match &args.prompt {
+        Some(p) => p.clone(),
+        None => {
+            let mut text = String::new();
+            for line in std::io::stdin().lock().lines() {
+                text.push_str(&line.context("reading the task from stdin")?);
+                text.push('\n');
+            }
+            text
+        }
+    };
+    if prompt.trim().is_empty() {
+        bail!("no task: give it after -p, or on stdin (echo TASK | garuda -p)");
+    }
+    let host = HostEnv::from_process().context("reading the environment")?;
+    let cwd = std::env::current_dir().context("reading the current folder")?;
+    let (project, _) = crate::cli::resolve_agent_project(args.project.clone(), &cwd)?;
+    let flags = garuda_policy::Flags {
+        executor: None,
+        staged: args.staged,
+        strict: args.strict,
+        allow_hosts: Vec::new(),
+    };
+    let settings = garuda_policy::load_policy(&project, &host, &flags)?;
+    for r in garuda_staging::recover(&host.garuda_home)? {
+        eprintln!("garuda: {}", garuda_text::visible(&r.to_string()));
+    }
+    let vars: Vec<(OsString, OsString)> = host.vars.clone();
+    let resolved = crate::models::select(&host.garuda_home, args.model.as_deref(), &vars)
+        .map_err(|e| anyhow!(e))?;
+    let Some((model_host, model_port)) = resolved.host_port() else {
+        bail!(
+            "the model's base URL names no host: {}",
+            resolved.reference()
+        );
+    };
+
+    let store = SessionStore::new(&host.garuda_home, &project).map_err(|e| anyhow!(e))?;
+    let (session_id, journal, history) = match &args.resume {
+        None => {
+            let (id, file) = store.create_new().map_err(|e| anyhow!(e))?;
+            (id, file, Vec::new())
+        }
+        Some(which) => {
+            let id = match which {
+                Some(id) => id.clone(),
+                None => store
+                    .latest()
+                    .map_err(|e| anyhow!(e))?
+                    .map(|s| s.id)
+                    .ok_or_else(|| anyhow!("no session of this project to resume"))?,
+            };
+            let history = store.read(&id).map_err(|e| anyhow!(e))?;
+            let file = store.resume(&id).map_err(|e| anyhow!(e))?;
+            (id, file, history)
+        }
+    };
+
+    let mut recorder = Recorder::open_tool(&host, &project, &settings, "garuda -p")?;
+    let result = session(SessionParts {
+        args: &args,
+        prompt: &prompt,
+        host: &host,
+        project: &project,
+        settings: &settings,
+        resolved: &resolved,
+        model_host: &model_host,
+        model_port,
+        session_id: &session_id,
+        journal,
+        history,
+        recorder: &mut recorder,
+    });
+    let code = match &result {
+        Ok(code) => *code,
+        Err(_) => 1,
+    };
+    recorder.close(json!({ "exit_code": code, "journal": session_id }))?;
+    result
+}
+
+struct SessionParts<'a> {
+    args: &'a RunArgs,
+    prompt: &'a str,
+    host: &'a HostEnv,
+    project: &'a Path,
+    settings: &'a EffectiveSettings,
+    resolved: &'a crate::models::Resolved,
+    model_host: &'a str,
+    model_port: u16,
+    session_id: &'a str,
+    journal: std::fs::File,
+    history: Vec<String>,
+    recorder: &'a mut Recorder,
+}
+
+fn session(p: SessionParts<'_>) -> Result<i32> {
+    let SessionParts {
+        args,
+        prompt,
+        host,
+        project,
+        settings,
+        resolved,
+        model_host,
+        model_port,
+        session_id,
+        journal,
+        history,
+        recorder,
+    } = p;
+    recorder.event(
+        "agent_session",
+        json!({
+            "model": resolved.reference(),
+            "journal": session_id,
+            "resumed": args.resume.is_some(),
+        }),
+    )?;
+    // The proxy: exactly the model's host and port.
+    let entry = if model_host.contains(':') {
+        format!("[{model_host}]:{model_port}")
+    } else {
+        format!("{model_host}:{model_port}")
+    };
+    let allowlist = garuda_policy::network::Allowlist::parse([entry.as_str()])
+        .map_err(|e| anyhow!("the model's host {entry}: {e}"))?;
+    let proxy = crate::proxy::Proxy::new(crate::proxy::ProxyConfig {
+        allowlist,
+        resolver: crate::proxy::Resolver::System,
+        unknown_host: crate::proxy::UnknownHost::Deny,
+        limits: crate::proxy::ProxyLimits::default(),
+    })
+    .context("starting the model's proxy")?;
+    let dir = crate::cli::private_dir().context("making a private folder for the proxy")?;
+    let socket = dir.join("proxy.sock");
+    let scope = proxy
+        .listen_unix(&socket)
+        .context("listening for the agent's model traffic")?;
+
+    let spawned = spawn_agent(AgentSpawn {
+        exe: None,
+        args: Vec::new(),
+        proxy: Some(AgentProxy {
+            socket: socket.clone(),
+            port: AGENT_PROXY_PORT,
+        }),
+    });
+    let mut agent = match spawned {
+        Ok(agent) => agent,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(anyhow!(e));
+        }
+    };
+    let stderr_thread = agent.take_stderr().map(|err| {
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().take(200) {
+                let Ok(line) = line else { break };
+                eprintln!("garuda agent: {}", garuda_text::visible(&line));
+            }
+        })
+    });
+    let channel = agent
+        .take_channel()
+        .ok_or_else(|| anyhow!("the agent's channel is missing"))?;
+
+    let executor = settings.executor.to_string();
+    let strict = settings.is_strict();
+    let mut tools_offered = Vec::new();
+    if !strict {
+        tools_offered.push(ToolSpec {
+            name: "bash".into(),
+            description: "run a command".into(),
+            input_schema:
+                json!({"type": "object", "properties": {"outside_sandbox": {"type": "boolean"}}})
+                    .to_string(),
+        });
+    }
+    let start = Start {
+        model: resolved.endpoint(format!("127.0.0.1:{AGENT_PROXY_PORT}")),
+        limits: Limits {
+            max_steps: args.max_steps.unwrap_or(50),
+            token_budget: args.token_budget.unwrap_or(20_000_000),
+            max_output_tokens: resolved.limits.max_output_tokens,
+        },
+        system_prompt: system_prompt(project, settings, &executor),
+        tools: tools_offered,
+        context_window: Some(resolved.limits.context_window),
+        resume: history,
+    };
+    let pid = agent.pid();
+    let killer: crate::broker::server::Killer = Box::new(move || {
+        let _ = crate::sys::kill(pid, libc::SIGKILL);
+    });
+
+    let engine = Engine::new(settings, host, project);
+    let mut approver = Unattended;
+    let mut env = host.vars.clone();
+    // The provider's key and base URL stay in this process: the child `garuda sandbox` (and so
+    // every command) never sees them.
+    env.retain(|(k, _)| {
+        !k.to_str()
+            .is_some_and(|k| garuda_policy::PROVIDER_ENV_DENY.contains(&k))
+    });
+    if let Ok(catalog) = crate::models::Catalog::load(&host.garuda_home) {
+        catalog.strip_provider_env(&mut env);
+    }
+    let runner = CommandRunner {
+        exe: std::env::current_exe().context("finding garuda's own executable")?,
+        project: project.to_path_buf(),
+        env,
+        staged: settings.command_mode == garuda_policy::CommandMode::Staged,
+        staged_apply: args.staged_unattended == StagedUnattended::Apply,
+    };
+    let mut tools = SessionTools::new(
+        FileTools::open(project).map_err(|e| anyhow!(e))?,
+        engine,
+        EngineContext {
+            sandbox_available: true,
+            ..EngineContext::default()
+        },
+        strict,
+        &mut approver,
+        runner,
+        Some(journal),
+    );
+
+    let forwarding = crate::sys::SignalForwarding::install().ok();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let watching = Arc::new(AtomicBool::new(true));
+    let watcher = {
+        let cancel = Arc::clone(&cancel);
+        let watching = Arc::clone(&watching);
+        std::thread::spawn(move || {
+            while watching.load(Ordering::SeqCst) {
+                if crate::sys::forwarded_signal().is_some() {
+                    cancel.store(true, Ordering::SeqCst);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+
+    let format = args.format;
+    let step = Rc::new(Cell::new(false));
+    let mut printer = Printer::new(format, session_id, &resolved.reference(), Rc::clone(&step));
+    let outcome = (|| -> Result<(StopReason, garuda_ipc::Usage)> {
+        let mut broker = Broker::accept(channel, &start, RecorderSink(recorder), killer)
+            .map_err(|e| anyhow!(e))?;
+        let mut shown = Shown {
+            inner: &mut tools,
+            quiet: format != OutputFormat::Text,
+            step,
+        };
+        let summary = broker
+            .turn(prompt, &mut shown, &mut |event| printer.ui(event), &cancel)
+            .map_err(|e| anyhow!(e))?;
+        // Records the agent writes after its turn (its journal's `turn_end`).
+        broker
+            .serve_idle(&mut shown, Duration::from_millis(200))
+            .map_err(|e| anyhow!(e))?;
+        broker.shutdown().map_err(|e| anyhow!(e))?;
+        Ok((summary.reason, summary.usage))
+    })();
+    watching.store(false, Ordering::SeqCst);
+    let _ = watcher.join();
+    drop(forwarding);
+    let exit = agent.wait();
+    if let Some(t) = stderr_thread {
+        let _ = t.join();
+    }
+    drop(scope);
+    drop(proxy);
+    let _ = std::fs::remove_dir_all(&dir);
+    let (reason, usage) = outcome?;
+    if let Ok(crate::agent::AgentExit::Code(c)) = &exit {
+        if *c != 0 {
+            eprintln!("garuda: the agent exited with {c}");
+        }
+    }
+    printer.finish(reason, usage);
+    Ok(exit_code(reason))
+}
+
+/// Prints the agent's display events in the chosen format.
+struct Printer {
+    format: OutputFormat,
+    step: Rc<Cell<bool>>,
+    text: String,
+    session: String,
+    model: String,
+    started: std::time::Instant,
+}
+
+impl Printer {
+    fn new(format: OutputFormat, session: &str, model: &str, step: Rc<Cell<bool>>) -> Printer {
+        let printer = Printer {
+            format,
+            step,
+            text: String::new(),
+            session: session.to_string(),
+            model: model.to_string(),
+            started: std::time::Instant::now(),
+        };
+        if format == OutputFormat::StreamJson {
+            printer.line(&json!({
+                "type": "system",
+                "subtype": "init",
+                "session_id": printer.session,
+                "model": printer.model,
+            }));
+        }
+        printer
+    }
+
+    fn line(&self, value: &Value) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{value}");
+        let _ = out.flush();
+    }
+
+    fn ui(&mut self, event: &UiEvent) {
+        match event {
+            UiEvent::TextDelta { text } => {
+                // Text of a new step after a tool call: a paragraph of its own.
+                if self.step.replace(false) && !self.text.is_empty() {
+                    let sep = if self.text.ends_with('\n') {
+                        "\n"
+                    } else {
+                        "\n\n"
+                    };
+                    self.text.push_str(sep);
+                    if self.format == OutputFormat::Text {
+                        let mut out = std::io::stdout().lock();
+                        let _ = out.write_all(sep.as_bytes());
+                    }
+                }
+                self.text.push_str(text);
+                match self.format {
+                    OutputFormat::Text => {
+                        let mut out = std::io::stdout().lock();
+                        let _ = out.write_all(garuda_text::visible_lines(text).as_bytes());
+                        let _ = out.flush();
+                    }
+                    OutputFormat::StreamJson => self.line(&json!({
+                        "type": "assistant",
+                        "session_id": self.session,
+                        "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
+                    })),
+                    OutputFormat::Json => {}
+                }
+            }
+            UiEvent::Notice { text } => {
+                eprintln!("garuda: {}", garuda_text::visible(text));
+            }
+            // The supervisor prints its own line for each request it runs (`Shown`).
+            UiEvent::ToolProgress { .. } | UiEvent::Usage { .. } => {}
+        }
+    }
+
+    fn finish(&mut self, reason: StopReason, usage: garuda_ipc::Usage) {
+        let result = json!({
+            "type": "result",
+            "subtype": match reason {
+                StopReason::Done => "success".to_string(),
+                StopReason::MaxSteps => "error_max_turns".to_string(),
+                other => format!("error_{}", reason_name(other)),
+            },
+            "is_error": reason != StopReason::Done,
+            "duration_ms": self.started.elapsed().as_millis() as u64,
+            "result": self.text,
+            "session_id": self.session,
+            "stop_reason": reason_name(reason),
+            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+        });
+        match self.format {
+            OutputFormat::Text => {
+                if !self.text.is_empty() && !self.text.ends_with('\n') {
+                    println!();
+                }
+                if reason != StopReason::Done {
+                    eprintln!("garuda: stopped: {}", reason_name(reason));
+                }
+            }
+            OutputFormat::Json | OutputFormat::StreamJson => self.line(&result),
+        }
+    }
+}
