@@ -105,6 +105,21 @@ struct Cli {
     /// `-p`: most tokens of the session, every call included (default 20,000,000).
     #[arg(long, value_name = "N", requires = "print")]
     token_budget: Option<u64>,
+    /// `-p`: play a recorded session again: its model responses from the recording (no API
+    /// call), its tools for real through the supervisor. ID (a session of the project), a
+    /// journal FILE, or an example DIR (`session.jsonl` and `project/`, copied to a fresh
+    /// folder first). Prints `matches`, or each tool result that differs (exit 1).
+    #[arg(
+        long,
+        value_name = "ID|FILE|DIR",
+        requires = "print",
+        conflicts_with = "resume"
+    )]
+    replay: Option<String>,
+    /// `-p`: allow RULE for this session, as a yes you give in advance (`Edit(**)`,
+    /// `Bash(cargo test *)`); repeatable. Deny rules and the managed policy still win.
+    #[arg(long = "allow", value_name = "RULE", requires = "print")]
+    allow: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -394,6 +409,8 @@ pub fn main() -> i32 {
             },
             max_steps: cli.max_steps,
             token_budget: cli.token_budget,
+            replay: cli.replay,
+            allow: cli.allow,
         };
         return match crate::run_agent::run(args) {
             Ok(code) => code,

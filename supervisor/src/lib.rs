@@ -39,6 +39,7 @@ pub mod netbridge;
 pub mod project;
 pub mod proxy;
 pub mod record;
+pub mod replay;
 pub mod run_agent;
 pub mod sessions;
 pub(crate) mod sys;

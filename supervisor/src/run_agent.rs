@@ -90,6 +90,12 @@ pub struct RunArgs {
     pub max_steps: Option<u32>,
     /// `--token-budget`.
     pub token_budget: Option<u64>,
+    /// `--replay ID|FILE|DIR`.
+    pub replay: Option<String>,
+    /// `--allow RULE`: rules the person running `-p` allows for this session (`Edit(**)`,
+    /// `Bash(cargo test *)`), as "allow for the session" answers in the chat; deny rules and
+    /// the managed policy still win.
+    pub allow: Vec<String>,
 }
 
 /// The audit session as the broker's sink.
@@ -247,10 +253,16 @@ fn reason_name(reason: StopReason) -> String {
 }
 
 /// Runs `-p`; the exit code.
-pub fn run(args: RunArgs) -> Result<i32> {
-    let prompt = match &args.prompt {
-        Some(p) => p.clone(),
-        None => {
+pub fn run(mut args: RunArgs) -> Result<i32> {
+    let host = HostEnv::from_process().context("reading the environment")?;
+    let replay = match args.replay.clone() {
+        None => None,
+        Some(arg) => Some(prepare_replay(&arg, &host, &mut args)?),
+    };
+    let prompt = match (&replay, &args.prompt) {
+        (Some((recorded, _)), _) => recorded.prompt.clone(),
+        (None, Some(p)) => p.clone(),
+        (None, None) => {
             let mut text = String::new();
             for line in std::io::stdin().lock().lines() {
                 text.push_str(&line.context("reading the task from stdin")?);
@@ -262,7 +274,6 @@ pub fn run(args: RunArgs) -> Result<i32> {
     if prompt.trim().is_empty() {
         bail!("no task: give it after -p, or on stdin (echo TASK | garuda -p)");
     }
-    let host = HostEnv::from_process().context("reading the environment")?;
     let cwd = std::env::current_dir().context("reading the current folder")?;
     let (project, _) = crate::cli::resolve_agent_project(args.project.clone(), &cwd)?;
     let flags = garuda_policy::Flags {
@@ -275,9 +286,31 @@ pub fn run(args: RunArgs) -> Result<i32> {
     for r in garuda_staging::recover(&host.garuda_home)? {
         eprintln!("garuda: {}", garuda_text::visible(&r.to_string()));
     }
-    let vars: Vec<(OsString, OsString)> = host.vars.clone();
-    let resolved = crate::models::select(&host.garuda_home, args.model.as_deref(), &vars)
-        .map_err(|e| anyhow!(e))?;
+    // A replay's model is the server playing the recording, on this machine's loopback.
+    let server = match &replay {
+        Some((recorded, _)) => Some(crate::replay::serve(recorded)?),
+        None => None,
+    };
+    let resolved = match &server {
+        Some(server) => crate::models::Resolved {
+            provider: "replay".into(),
+            model: "recorded".into(),
+            api: garuda_ipc::ModelApi::AnthropicMessages,
+            base_url: server.url(),
+            base_url_from: None,
+            limits: crate::models::ModelLimits {
+                context_window: 200_000,
+                max_output_tokens: 8_192,
+            },
+            key: None,
+            key_source: crate::models::KeySource::None,
+        },
+        None => {
+            let vars: Vec<(OsString, OsString)> = host.vars.clone();
+            crate::models::select(&host.garuda_home, args.model.as_deref(), &vars)
+                .map_err(|e| anyhow!(e))?
+        }
+    };
     let Some((model_host, model_port)) = resolved.host_port() else {
         bail!(
             "the model's base URL names no host: {}",
@@ -286,7 +319,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
     };
 
     let store = SessionStore::new(&host.garuda_home, &project).map_err(|e| anyhow!(e))?;
-    let (session_id, journal, history) = match &args.resume {
+    let (session_id, mut journal, history) = match &args.resume {
         None => {
             let (id, file) = store.create_new().map_err(|e| anyhow!(e))?;
             (id, file, Vec::new())
@@ -300,11 +333,29 @@ pub fn run(args: RunArgs) -> Result<i32> {
                     .map(|s| s.id)
                     .ok_or_else(|| anyhow!("no session of this project to resume"))?,
             };
-            let history = store.read(&id).map_err(|e| anyhow!(e))?;
+            let history: Vec<String> = store
+                .read(&id)
+                .map_err(|e| anyhow!(e))?
+                .into_iter()
+                .filter(|l| !crate::replay::is_supervisor_record(l))
+                .collect();
             let file = store.resume(&id).map_err(|e| anyhow!(e))?;
             (id, file, history)
         }
     };
+    // The supervisor's own record: what a replay needs to run the session the same way.
+    let staged = settings.command_mode == garuda_policy::CommandMode::Staged;
+    let own = json!({
+        "type": "supervisor",
+        "model": resolved.reference(),
+        "staged": staged,
+        "staged_changes": match args.staged_unattended {
+            StagedUnattended::Apply => "apply",
+            StagedUnattended::Discard => "discard",
+        },
+        "allow": args.allow,
+    });
+    crate::sessions::append_record(&mut journal, &own.to_string()).map_err(|e| anyhow!(e))?;
 
     let mut recorder = Recorder::open_tool(&host, &project, &settings, "garuda -p")?;
     let result = session(SessionParts {
@@ -326,7 +377,82 @@ pub fn run(args: RunArgs) -> Result<i32> {
         Err(_) => 1,
     };
     recorder.close(json!({ "exit_code": code, "journal": session_id }))?;
-    result
+    let code = result?;
+    let Some((recorded, copy)) = replay else {
+        return Ok(code);
+    };
+    drop(server);
+    let lines = store.read(&session_id).map_err(|e| anyhow!(e))?;
+    let replayed = crate::replay::parse(&lines)?;
+    let differences = crate::replay::compare(&recorded, &replayed);
+    if let Some(copy) = copy {
+        eprintln!("garuda: the replay ran in {}", copy.display());
+    }
+    if differences.is_empty() {
+        println!("matches");
+        Ok(code)
+    } else {
+        for d in &differences {
+            println!("{d}");
+        }
+        Ok(if code == 0 { 1 } else { code })
+    }
+}
+
+/// Loads what `--replay` names and sets `args` as the recorded session ran (project of an
+/// example, staged settings).
+fn prepare_replay(
+    arg: &str,
+    host: &HostEnv,
+    args: &mut RunArgs,
+) -> Result<(crate::replay::Recorded, Option<PathBuf>)> {
+    use crate::replay::Source;
+    let (lines, copy) = match Source::parse(arg) {
+        Source::Example(dir) => {
+            let file = dir.join("session.jsonl");
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let copy = crate::replay::fresh_copy(&dir)?;
+            args.project = Some(copy.clone());
+            (
+                text.lines().map(str::to_string).collect::<Vec<_>>(),
+                Some(copy),
+            )
+        }
+        Source::File(file) => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            (text.lines().map(str::to_string).collect(), None)
+        }
+        Source::Session(id) => {
+            let cwd = std::env::current_dir().context("reading the current folder")?;
+            let (project, _) = crate::cli::resolve_agent_project(args.project.clone(), &cwd)?;
+            let store = SessionStore::new(&host.garuda_home, &project).map_err(|e| anyhow!(e))?;
+            (store.read(&id).map_err(|e| anyhow!(e))?, None)
+        }
+    };
+    let recorded = crate::replay::parse(&lines)?;
+    if let Some(settings) = &recorded.settings {
+        if settings.get("staged").and_then(Value::as_bool) == Some(true) {
+            args.staged = true;
+        }
+        if settings.get("staged_changes").and_then(Value::as_str) == Some("apply") {
+            args.staged_unattended = StagedUnattended::Apply;
+        }
+        // The rules the recorded session was given: shown, since running the replay gives
+        // them again (the calls they allow are the recorded ones, and commands still run in
+        // the sandbox).
+        if let Some(rules) = settings.get("allow").and_then(Value::as_array) {
+            for rule in rules.iter().filter_map(Value::as_str) {
+                eprintln!(
+                    "garuda: the recording allowed {}; the replay does too",
+                    garuda_text::visible(rule)
+                );
+                args.allow.push(rule.to_string());
+            }
+        }
+    }
+    Ok((recorded, copy))
 }
 
 struct SessionParts<'a> {
@@ -468,6 +594,14 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
         engine,
         EngineContext {
             sandbox_available: true,
+            session_rules: args
+                .allow
+                .iter()
+                .map(|r| {
+                    r.parse::<garuda_policy::rule::Rule>()
+                        .map_err(|e| anyhow!("--allow {}: {e}", garuda_text::visible(r)))
+                })
+                .collect::<Result<Vec<_>>>()?,
             ..EngineContext::default()
         },
         strict,
