@@ -388,7 +388,9 @@ pub fn main() -> i32 {
     };
     let Some(command) = cli.command else {
         let Some(prompt) = cli.print else {
-            eprintln!("garuda: give a task with -p TASK (or on stdin with -p), or a subcommand: garuda --help lists them");
+            // Neither a task nor a subcommand: the help, on stderr, as a usage error.
+            let help = <Cli as clap::CommandFactory>::command().render_help();
+            eprint!("{help}");
             return SETUP_FAILED;
         };
         let args = crate::run_agent::RunArgs {

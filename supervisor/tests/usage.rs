@@ -143,7 +143,7 @@ fn usage_errors_exit_125_and_help_and_version_exit_0_on_stdout() {
     assert!(
         text(&out.stderr).starts_with(
             "A coding agent whose every side effect passes through a sandbox supervisor\n\n\
-             Usage: garuda <COMMAND>\n"
+             Usage: garuda [OPTIONS] [COMMAND]\n"
         ),
         "{}",
         text(&out.stderr)
@@ -157,7 +157,7 @@ fn usage_errors_exit_125_and_help_and_version_exit_0_on_stdout() {
         assert!(
             text(&out.stdout).starts_with(
                 "A coding agent whose every side effect passes through a sandbox supervisor\n\n\
-                 Usage: garuda <COMMAND>\n"
+                 Usage: garuda [OPTIONS] [COMMAND]\n"
             ),
             "{args:?}: {}",
             text(&out.stdout)
