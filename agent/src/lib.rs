@@ -58,6 +58,8 @@ async fn serve(channel: UnixStream) -> Result<(), RunError> {
     link.hello()?;
     let start = match link.next_control().await {
         Control::Start(start) => start,
+        // The supervisor may end the session before it begins.
+        Control::Shutdown => return Ok(()),
         other => return Err(RunError::NoStart(format!("{other:?}"))),
     };
     let client = model::ModelClient::new(&start.model)?;

@@ -164,6 +164,7 @@ fn round_trips(project: &Path, home: &Path, requests: Vec<Request>) -> (Vec<Dura
                 env: vec![],
                 staged: false,
                 staged_apply: false,
+                in_process: None,
             },
             None,
         );

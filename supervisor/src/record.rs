@@ -111,6 +111,14 @@ impl Recorder {
         Ok(())
     }
 
+    /// Records an event durably (`fdatasync` before returning): an agent's command intent.
+    pub fn durable_event(&mut self, kind: &str, event: Value) -> Result<()> {
+        self.writer
+            .append_durable(kind, event)
+            .with_context(|| format!("cannot record {kind} in the audit log: it does not run"))?;
+        Ok(())
+    }
+
     /// Ends the session.
     pub fn close(self, end: Value) -> Result<()> {
         self.writer

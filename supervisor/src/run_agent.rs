@@ -105,6 +105,12 @@ impl AuditSink for RecorderSink<'_> {
     fn record(&mut self, kind: &str, event: Value) -> Result<(), String> {
         self.0.event(kind, event).map_err(|e| format!("{e:#}"))
     }
+
+    fn record_durable(&mut self, kind: &str, event: Value) -> Result<(), String> {
+        self.0
+            .durable_event(kind, event)
+            .map_err(|e| format!("{e:#}"))
+    }
 }
 
 /// No person to ask in `-p`: every question is answered no, and says so on stderr.
@@ -588,6 +594,7 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
         env,
         staged: settings.command_mode == garuda_policy::CommandMode::Staged,
         staged_apply: args.staged_unattended == StagedUnattended::Apply,
+        in_process: in_process(settings, host)?,
     };
     let mut tools = SessionTools::new(
         FileTools::open(project).map_err(|e| anyhow!(e))?,
@@ -666,6 +673,26 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
     }
     printer.finish(reason, usage);
     Ok(exit_code(reason))
+}
+
+/// The session's in-process command runner: the executor the sandbox would select, chosen
+/// once (`None` when that is the host executor: those commands keep their own process and its
+/// notices).
+fn in_process(
+    settings: &EffectiveSettings,
+    host: &HostEnv,
+) -> Result<Option<Arc<crate::broker::host::InProcess>>> {
+    let selection =
+        crate::executor::select::select_executor_cached(settings.executor, Some(&host.garuda_home))
+            .map_err(|e| anyhow!("no executor for the agent's commands: {e}"))?;
+    if !selection.executor.kind().is_sandbox() {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(crate::broker::host::InProcess {
+        executor: selection.executor,
+        settings: settings.clone(),
+        host: host.clone(),
+    })))
 }
 
 /// Prints the agent's display events in the chosen format.

@@ -72,6 +72,32 @@ pub struct CommandRunner {
     pub staged: bool,
     /// With no person to ask: apply a staged change (`true`) or discard it (`false`).
     pub staged_apply: bool,
+    /// Run direct-mode sandboxed commands in this process (`None`: every command is a child
+    /// `garuda sandbox`).
+    pub in_process: Option<std::sync::Arc<InProcess>>,
+}
+
+/// Commands run by the supervisor itself, as `garuda sandbox` would run them but without its
+/// process start and audit session: the executor chosen once for the session, the policy built
+/// for each command from the session's settings (the project walk's cache keeps that cheap, and
+/// a `.env` made since the last command is still found). Used for direct-mode commands in the
+/// sandbox with no network allowlist; staged commands, commands outside the sandbox and
+/// commands with a proxy still go through a child `garuda sandbox`.
+pub struct InProcess {
+    /// The session's executor (never `host`: the caller checks).
+    pub executor: Box<dyn crate::executor::Executor>,
+    /// The session's settings.
+    pub settings: garuda_policy::EffectiveSettings,
+    /// The session's host.
+    pub host: garuda_policy::HostEnv,
+}
+
+impl std::fmt::Debug for InProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcess")
+            .field("executor", &self.executor.kind())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The tool host of one agent session.
@@ -203,7 +229,14 @@ impl<'a> SessionTools<'a> {
                 Some(event),
             );
         }
-        let answer = match self.spawn_sandbox(line, timeout_secs, outside_sandbox) {
+        let in_process = self.runner.in_process.as_ref().filter(|ip| {
+            !outside_sandbox && !self.runner.staged && ip.settings.network_allow.is_empty()
+        });
+        let done = match in_process {
+            Some(ip) => run_in_process(ip, &self.runner.project, line, timeout_secs),
+            None => self.spawn_sandbox(line, timeout_secs, outside_sandbox),
+        };
+        let answer = match done {
             Ok(done) => {
                 if let Some(map) = event.as_object_mut() {
                     map.insert("exit_code".into(), json!(done.exit_code));
@@ -381,4 +414,44 @@ fn staged_outcome(code: Option<i32>, applying: bool) -> String {
         _ if applying => "the change (if any) was applied to the project".into(),
         _ => "the change (if any) was discarded: the project did not change".into(),
     }
+}
+
+/// Runs `line` with the session's executor in this process (see [`InProcess`]).
+fn run_in_process(
+    ip: &InProcess,
+    project: &std::path::Path,
+    line: &str,
+    timeout_secs: Option<u64>,
+) -> std::io::Result<CommandDone> {
+    use crate::executor::{CommandSpec, ExitStatus, StdioMode};
+    let (mut policy, _notices) =
+        garuda_policy::build_exec_policy_noting(project, &ip.settings, &ip.host)
+            .map_err(std::io::Error::other)?;
+    if let Some(secs) = timeout_secs {
+        policy.limits.timeout = Some(std::time::Duration::from_secs(secs));
+    }
+    let spec = CommandSpec {
+        argv: vec!["/bin/sh".into(), "-c".into(), line.into()],
+        cwd: Some(project.to_path_buf()),
+    };
+    let outcome = ip
+        .executor
+        .run(&spec, &policy, StdioMode::Capture)
+        .map_err(std::io::Error::other)?;
+    let (exit_code, signal, timed_out) = match outcome.status {
+        ExitStatus::Code(c) => (Some(c), None, false),
+        ExitStatus::Signal(s) => (None, Some(s), false),
+        ExitStatus::TimedOut => (Some(124), None, true),
+    };
+    let mut output = String::from_utf8_lossy(&outcome.stdout.bytes).into_owned();
+    output.push_str(&String::from_utf8_lossy(&outcome.stderr.bytes));
+    Ok(CommandDone {
+        exit_code,
+        signal,
+        timed_out,
+        output,
+        output_truncated: outcome.stdout.dropped > 0 || outcome.stderr.dropped > 0,
+        blocked_hosts: Vec::new(),
+        staged: None,
+    })
 }

@@ -47,6 +47,12 @@ pub trait ToolHost {
 pub trait AuditSink {
     /// Appends one event of `kind`.
     fn record(&mut self, kind: &str, event: Value) -> Result<(), String>;
+
+    /// Appends one event of `kind` and makes it durable before returning: the intent of a
+    /// command, written before the command can do anything. By default an ordinary append.
+    fn record_durable(&mut self, kind: &str, event: Value) -> Result<(), String> {
+        self.record(kind, event)
+    }
 }
 
 /// Ends the agent process (or, in a test, whatever stands for it).
@@ -196,6 +202,16 @@ impl<A: AuditSink> Broker<A> {
                             message: "the turn was cancelled; nothing was done".into(),
                         }
                     } else {
+                        if let Request::RunCommand { command, .. } = &request {
+                            // As `garuda sandbox` does: the command is on record, durably,
+                            // before it can do anything (its decision and result follow).
+                            self.audit
+                                .record_durable(
+                                    "command_intent",
+                                    json!({"id": id, "command": garuda_text::visible(command)}),
+                                )
+                                .map_err(BrokerError::Audit)?;
+                        }
                         let (answer, event) = tools.call(&request);
                         if let Some(mut event) = event {
                             if let Some(map) = event.as_object_mut() {
