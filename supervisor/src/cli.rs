@@ -41,20 +41,7 @@ use garuda_text::{visible, visible_json};
 use crate::executor::{self, CommandSpec, ExecutorKind, StdioMode};
 use crate::project::{git_root_above, resolve_project};
 
-/// Exit code when Garuda itself cannot set up the sandbox (as `env(1)` and `timeout(1)` use).
-pub const SETUP_FAILED: i32 = 125;
-/// Exit code of a staged command whose change was discarded without `--discard`: at the
-/// question, or because there was no terminal to ask on. The project did not change.
-pub const STAGED_DISCARDED: i32 = 121;
-/// Exit code of a staged command whose apply Garuda refused: an incomplete list, a link out of
-/// the project, a conflict, a staged file changed after it was shown, a path outside the
-/// project, a change to `.garuda/` with `--apply` alone, a change to a sensitive file without
-/// `--apply-sensitive`. The project did not change.
-pub const APPLY_REFUSED: i32 = 122;
-/// Exit code of a staged command whose apply failed: an I/O error before the commit point
-/// (the project did not change), or after it (the journal finishes the apply at the next
-/// start; until then the project may hold part of the change).
-pub const APPLY_FAILED: i32 = 123;
+pub use crate::exit_codes::{APPLY_FAILED, APPLY_REFUSED, SETUP_FAILED, STAGED_DISCARDED};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -755,16 +742,6 @@ enum ProjectFrom {
 }
 
 /// [`resolve_project`], and where the folder came from.
-/// The project for `--project` (or the current folder), as `garuda sandbox` finds it, with
-/// whether it came from the flag (for `garuda -p`).
-pub(crate) fn resolve_agent_project(
-    project: Option<PathBuf>,
-    cwd: &Path,
-) -> Result<(PathBuf, bool)> {
-    let (p, from) = resolve_project_from(project, cwd)?;
-    Ok((p, from == ProjectFrom::CurrentFolder))
-}
-
 fn resolve_project_from(project: Option<PathBuf>, cwd: &Path) -> Result<(PathBuf, ProjectFrom)> {
     let from = match &project {
         Some(_) => ProjectFrom::Flag,
@@ -1156,7 +1133,8 @@ impl NetworkSession {
             limits: crate::proxy::ProxyLimits::default(),
         })
         .context("starting the network proxy")?;
-        let dir = private_dir().context("making a private folder for the proxy's socket")?;
+        let dir = crate::proxy::socket_dir::private_dir()
+            .context("making a private folder for the proxy's socket")?;
         let socket = dir.join("proxy.sock");
         let scope = match proxy.listen_unix(&socket) {
             Ok(scope) => scope,
@@ -1240,61 +1218,6 @@ impl Drop for NetworkSession {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A new folder only this user can enter, under the host's `/tmp`. Never `$TMPDIR`: the
-/// bridge connects to the socket by path for every connection, and a command runs as the same
-/// user, so the folder must be out of every sandbox's reach. Both Linux executors give the
-/// command a private `/tmp`, so the host's `/tmp` is invisible to it (a `$TMPDIR` inside the
-/// project, a cache or another visible folder would let the command swap the socket for a link
-/// to any host socket, or let other sandboxes use this run's proxy). `create_dir` fails on an
-/// existing path, so a folder planted by someone else is never used.
-pub(crate) fn private_dir() -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    let base = PathBuf::from("/tmp");
-    remove_stale_proxy_dirs(&base);
-    let mut last = None;
-    for attempt in 0..16u32 {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(attempt);
-        let dir = base.join(format!(
-            "garuda-proxy-{}-{nanos:08x}{attempt}",
-            std::process::id()
-        ));
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::other("no attempt made")))
-}
-
-/// Removes the socket folders of earlier runs that were killed before they could clean up
-/// (a signal ends `garuda sandbox` without running its destructors): folders named
-/// `garuda-proxy-<pid>-…`, owned by this user, whose process is gone.
-fn remove_stale_proxy_dirs(base: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("garuda-proxy-")) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        let path = entry.path();
-        let ours =
-            std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && Some(m.uid()) == me);
-        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(&path);
-        }
     }
 }
 

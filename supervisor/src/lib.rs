@@ -34,6 +34,7 @@ pub mod demo;
 pub mod dnsstub;
 pub mod doctor;
 pub mod executor;
+pub mod exit_codes;
 pub mod models;
 pub mod netbridge;
 pub mod project;

@@ -281,7 +281,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
         bail!("no task: give it after -p, or on stdin (echo TASK | garuda -p)");
     }
     let cwd = std::env::current_dir().context("reading the current folder")?;
-    let (project, _) = crate::cli::resolve_agent_project(args.project.clone(), &cwd)?;
+    let project = crate::project::resolve_project(args.project.clone(), &cwd)?;
     let flags = garuda_policy::Flags {
         executor: None,
         staged: args.staged,
@@ -432,7 +432,7 @@ fn prepare_replay(
         }
         Source::Session(id) => {
             let cwd = std::env::current_dir().context("reading the current folder")?;
-            let (project, _) = crate::cli::resolve_agent_project(args.project.clone(), &cwd)?;
+            let project = crate::project::resolve_project(args.project.clone(), &cwd)?;
             let store = SessionStore::new(&host.garuda_home, &project).map_err(|e| anyhow!(e))?;
             (store.read(&id).map_err(|e| anyhow!(e))?, None)
         }
@@ -514,7 +514,8 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
         limits: crate::proxy::ProxyLimits::default(),
     })
     .context("starting the model's proxy")?;
-    let dir = crate::cli::private_dir().context("making a private folder for the proxy")?;
+    let dir =
+        crate::proxy::socket_dir::private_dir().context("making a private folder for the proxy")?;
     let socket = dir.join("proxy.sock");
     let scope = proxy
         .listen_unix(&socket)

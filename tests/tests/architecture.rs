@@ -95,6 +95,9 @@ const CRATES: [Crate; 8] = [
             // `garuda agent` hands its channel to the agent crate once confined; the other
             // direction stays forbidden.
             "garuda-agent",
+            // `garuda -p --replay` plays a recording through the scripted model server (a
+            // real HTTP server on loopback); it depends on no workspace crate.
+            "garuda-modelserver",
         ],
     },
 ];

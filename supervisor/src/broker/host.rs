@@ -404,11 +404,13 @@ fn decision_event(request: &Request, decision: Option<&Decision>, asked: Option<
 /// What became of a staged command's change, from `garuda sandbox`'s exit code, for the model.
 fn staged_outcome(code: Option<i32>, applying: bool) -> String {
     match code {
-        Some(crate::cli::STAGED_DISCARDED) => {
+        Some(crate::exit_codes::STAGED_DISCARDED) => {
             "the change was discarded: the project did not change".into()
         }
-        Some(crate::cli::APPLY_FAILED) => "applying the change failed (see the output)".into(),
-        Some(crate::cli::APPLY_REFUSED) => {
+        Some(crate::exit_codes::APPLY_FAILED) => {
+            "applying the change failed (see the output)".into()
+        }
+        Some(crate::exit_codes::APPLY_REFUSED) => {
             "the change touches sensitive files and was not applied".into()
         }
         _ if applying => "the change (if any) was applied to the project".into(),

@@ -72,6 +72,7 @@ mod idle;
 pub mod resolve;
 pub mod scope;
 pub mod scope_state;
+pub(crate) mod socket_dir;
 pub mod upstream;
 
 use std::collections::HashSet;
