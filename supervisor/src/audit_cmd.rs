@@ -222,6 +222,9 @@ struct Row {
     exit_code: Option<i64>,
     /// A refusal's or failure's message.
     error: Option<String>,
+    /// An agent session (`garuda -p`): its model, journal and how many tool calls and
+    /// commands it made, as one line.
+    agent: Option<String>,
     /// How far its lines verify.
     check: Check,
     /// Where they stopped verifying.
@@ -237,7 +240,18 @@ impl Row {
                 .and_then(Value::as_str)
                 .map(str::to_string)
         };
-        let intent = event("command_intent");
+        let agent = event("agent_session").map(|a| {
+            let count = |kind: &str| s.lines.iter().filter(|l| l.kind == kind).count();
+            format!(
+                "garuda -p, {}: {} tool calls, {} commands; journal {}",
+                text(Some(a), "model").unwrap_or_else(|| "?".into()),
+                count("tool_call"),
+                count("command_intent"),
+                text(Some(a), "journal").unwrap_or_else(|| "?".into()),
+            )
+        });
+        // An agent session's intents are its commands' (`id`, `command`), not one argv.
+        let intent = event("command_intent").filter(|_| agent.is_none());
         let result = event("command_result");
         let refusal = event("refusal");
         let failed = event("command_failed");
@@ -263,6 +277,8 @@ impl Row {
             "failed".into()
         } else if s.lines.is_empty() {
             "unknown".into()
+        } else if agent.is_some() {
+            "agent session".into()
         } else if intent.is_some() {
             "no result".into()
         } else {
@@ -292,6 +308,7 @@ impl Row {
                 .and_then(|i| i.get("exit_code"))
                 .and_then(Value::as_i64),
             error: text(refusal.or(failed), "error"),
+            agent,
             check,
             stopped: s.stopped.clone(),
         }
@@ -355,6 +372,9 @@ impl Row {
     /// The command as one short line: arguments quoted for a shell where they need it,
     /// every hidden character escaped, cut to `width` characters.
     fn command_text(&self, width: usize) -> String {
+        if let Some(agent) = &self.agent {
+            return truncate(&visible(agent), width);
+        }
         let Some(argv) = &self.command else {
             return match &self.error {
                 Some(e) => truncate(&format!("({})", visible(e)), width),
@@ -658,6 +678,14 @@ mod tests {
                 "refused, garuda exit 125",
             ),
             (session(&[("session_start", json!({}))]), "no command"),
+            (
+                session(&[
+                    ("session_start", json!({})),
+                    ("agent_session", json!({"model": "m/x", "journal": "J"})),
+                    ("session_end", json!({"info": {"exit_code": 0}})),
+                ]),
+                "agent session, garuda exit 0",
+            ),
         ];
         for (shown, want) in cases {
             assert_eq!(Row::of(&shown).result_text(), want);
@@ -696,6 +724,16 @@ mod tests {
             json!({"argv": ["sh", "-c", "x\u{1b}[2K\u{202e}", "ok"]}),
         )]));
         assert_eq!(row.command_text(72), r"sh -c 'x\e[2K\u{202e}' ok");
+        // An agent session: its calls and commands, not one argument vector.
+        let agent = Row::of(&session(&[
+            ("agent_session", json!({"model": "m/x", "journal": "J"})),
+            ("command_intent", json!({"id": 1, "command": "make"})),
+            ("tool_call", json!({"tool": "run_command"})),
+        ]));
+        assert_eq!(
+            agent.command_text(72),
+            "garuda -p, m/x: 1 tool calls, 1 commands; journal J"
+        );
         assert_eq!(row.command_text(8), "sh -c '…");
         row.command = None;
         assert_eq!(row.command_text(72), "(no command)");
