@@ -673,6 +673,16 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
         }
     }
     printer.finish(reason, usage);
+    if settings.command_mode == garuda_policy::CommandMode::Staged && format == OutputFormat::Text {
+        // The setting that decided every staged change of the run, said once at the end.
+        eprintln!(
+            "garuda: staged commands: {}",
+            match args.staged_unattended {
+                StagedUnattended::Apply => "their changes were applied (--staged-changes apply)",
+                StagedUnattended::Discard => "their changes were discarded, the project did not change (--staged-changes apply applies them)",
+            }
+        );
+    }
     Ok(exit_code(reason))
 }
 
