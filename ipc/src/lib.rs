@@ -66,6 +66,11 @@ pub const MAX_PATH_BYTES: usize = 4000;
 /// Longest component of a [`ProjectPath`] in bytes (Linux's `NAME_MAX`).
 pub const MAX_NAME_BYTES: usize = 255;
 
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 // ---------------------------------------------------------------------------------------
 // Agent → supervisor
 // ---------------------------------------------------------------------------------------
@@ -85,6 +90,11 @@ pub enum AgentFrame {
         id: u64,
         /// What is asked.
         request: Request,
+        /// More read-only requests of the same step follow at once: the supervisor may run
+        /// them together (concurrently) and answers each in the order sent. Only meaningful
+        /// on `read_file`, `glob` and `grep`; absent means `false`.
+        #[serde(default, skip_serializing_if = "is_false")]
+        more: bool,
     },
     /// Something to show the user. Never answered; never changes anything.
     Ui {
@@ -787,6 +797,7 @@ mod tests {
                     offset: Some(3),
                     limit: None,
                 },
+                more: true,
             },
             AgentFrame::Request {
                 id: 8,
@@ -795,6 +806,7 @@ mod tests {
                     timeout_secs: None,
                     outside_sandbox: false,
                 },
+                more: false,
             },
             AgentFrame::Ui {
                 event: UiEvent::TextDelta {
@@ -884,6 +896,7 @@ mod tests {
     fn an_oversized_message_is_not_sent() {
         let big = AgentFrame::Request {
             id: 1,
+            more: false,
             request: Request::WriteFile {
                 path: "a".into(),
                 content: "x".repeat(MAX_FRAME_BYTES),

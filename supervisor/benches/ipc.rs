@@ -205,6 +205,7 @@ fn round_trips(project: &Path, home: &Path, requests: Vec<Request>) -> (Vec<Dura
             &AgentFrame::Request {
                 id: i as u64,
                 request,
+                more: false,
             },
         );
         match receive(&mut client) {

@@ -138,6 +138,25 @@ struct Shown<'a, 'b> {
 }
 
 impl ToolHost for Shown<'_, '_> {
+    fn call_batch(&mut self, requests: &[Request]) -> Vec<(Answer, Option<Value>)> {
+        self.step.set(true);
+        let results = self.inner.call_batch(requests);
+        if !self.quiet {
+            for (request, (answer, _)) in requests.iter().zip(&results) {
+                if let Some(line) = describe(request) {
+                    let how = match answer {
+                        Answer::Error { code, .. } => {
+                            format!(" → {}", json!(code).as_str().unwrap_or("error"))
+                        }
+                        _ => String::new(),
+                    };
+                    eprintln!("garuda: {line}{how}");
+                }
+            }
+        }
+        results
+    }
+
     fn call(&mut self, request: &Request) -> (Answer, Option<Value>) {
         let line = describe(request);
         if line.is_some() {

@@ -180,7 +180,14 @@ fn converse(world: &World, user: &str, yes: bool, requests: Vec<Request>) -> Run
     let mut answers = Vec::new();
     for (i, request) in requests.into_iter().enumerate() {
         let id = i as u64 + 1;
-        send(&mut client, &AgentFrame::Request { id, request });
+        send(
+            &mut client,
+            &AgentFrame::Request {
+                id,
+                request,
+                more: false,
+            },
+        );
         match receive(&mut client) {
             SupervisorFrame::Answer { id: got, answer } => {
                 assert_eq!(got, id);

@@ -199,6 +199,7 @@ fn hello() -> AgentFrame {
 fn read_file(id: u64, path: &str) -> AgentFrame {
     AgentFrame::Request {
         id,
+        more: false,
         request: Request::ReadFile {
             path: path.into(),
             offset: None,

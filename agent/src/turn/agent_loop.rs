@@ -908,7 +908,12 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
         outputs: &mut [Option<ToolOutput>],
     ) -> Result<bool, LinkError> {
         let mut futures: Vec<ToolFuture<'_>> = Vec::with_capacity(calls.len());
-        for c in calls {
+        // The last call of the batch that is a request to the supervisor: every one before
+        // it says `more`, so the supervisor can run the batch's reads together.
+        let last_request = calls
+            .iter()
+            .rposition(|c| matches!(c, Ok(call) if call.request().is_some()));
+        for (index, c) in calls.iter().enumerate() {
             let call = match c {
                 Err(why) => {
                     futures.push(Box::pin(ready(Ok(Some(ToolOutput::error(why.clone()))))));
@@ -920,7 +925,8 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
             self.show(conv, id, call.describe());
             match (call.request(), &call) {
                 (Some(request), _) => {
-                    self.link.send(id, request)?;
+                    self.link
+                        .send_more(id, request, Some(index) != last_request)?;
                     let cap = self.config.result_cap;
                     futures.push(Box::pin(async move {
                         let answer = tokio::select! {

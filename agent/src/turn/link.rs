@@ -37,6 +37,13 @@ pub trait Supervisor {
     /// Writes request `id`. Returns at once: the answer is awaited with [`Supervisor::answer`].
     fn send(&self, id: u64, request: Request) -> Result<(), LinkError>;
 
+    /// [`Supervisor::send`] for one read-only request of a step's batch; `more` says that
+    /// another of the same batch follows at once, so the supervisor may run them together.
+    fn send_more(&self, id: u64, request: Request, more: bool) -> Result<(), LinkError> {
+        let _ = more;
+        self.send(id, request)
+    }
+
     /// The answer to request `id`, whenever it arrives; answers to other ids that arrive
     /// first are kept for their own callers.
     fn answer(&self, id: u64) -> impl Future<Output = Result<Answer, LinkError>>;
@@ -205,6 +212,10 @@ fn read_loop(
 
 impl Supervisor for SocketSupervisor {
     fn send(&self, id: u64, request: Request) -> Result<(), LinkError> {
+        self.send_more(id, request, false)
+    }
+
+    fn send_more(&self, id: u64, request: Request, more: bool) -> Result<(), LinkError> {
         let (tx, rx) = oneshot::channel();
         self.shared.waiting().insert(id, tx);
         if self.shared.closed.load(Ordering::SeqCst) {
@@ -213,7 +224,7 @@ impl Supervisor for SocketSupervisor {
             return Err(LinkError::Closed);
         }
         self.receivers.borrow_mut().insert(id, rx);
-        if let Err(e) = self.write(&AgentFrame::Request { id, request }) {
+        if let Err(e) = self.write(&AgentFrame::Request { id, request, more }) {
             self.shared.waiting().remove(&id);
             self.receivers.borrow_mut().remove(&id);
             return Err(e);

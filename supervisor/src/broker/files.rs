@@ -165,6 +165,15 @@ impl Pending {
     }
 }
 
+/// A read done, before the session records it as sent.
+struct ReadDone {
+    text: String,
+    hash: [u8; 32],
+    offset: u64,
+    lines: u64,
+    total_lines: u64,
+}
+
 /// Lines of one file already sent in this session.
 #[derive(Debug)]
 struct Seen {
@@ -347,62 +356,155 @@ impl FileTools {
         offset: u64,
         limit: u64,
     ) -> Answer {
+        match self.read_shared(written, found, offset, limit) {
+            Ok(read) => self.finish_read(resolved, read),
+            Err(answer) => answer,
+        }
+    }
+
+    /// Runs prepared read-only requests (`read_file`, `glob`, `grep`, each allowed) on one
+    /// thread each, then records what `read_file` sent, in order. Returns each answer with
+    /// when its work began and ended.
+    pub fn run_concurrently(
+        &mut self,
+        engine: &Engine<'_>,
+        ctx: &Context,
+        pendings: Vec<Pending>,
+    ) -> Vec<(Answer, std::time::SystemTime, std::time::SystemTime)> {
+        enum Done {
+            Answer(Answer),
+            Read(String, ReadDone),
+        }
+        let this: &FileTools = self;
+        let done: Vec<(Done, std::time::SystemTime, std::time::SystemTime)> =
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = pendings
+                    .into_iter()
+                    .map(|pending| {
+                        scope.spawn(move || {
+                            let began = std::time::SystemTime::now();
+                            let Pending {
+                                written,
+                                resolved,
+                                op,
+                                ..
+                            } = pending;
+                            let done = match op {
+                                Op::Read {
+                                    found,
+                                    offset,
+                                    limit,
+                                } => match this.read_shared(&written, &found, offset, limit) {
+                                    Ok(read) => Done::Read(resolved, read),
+                                    Err(answer) => Done::Answer(answer),
+                                },
+                                Op::Search(s) => {
+                                    Done::Answer(search::run(&this.root, engine, ctx, &s))
+                                }
+                                Op::Write { .. } => Done::Answer(error(
+                                    ErrorCode::InvalidArgument,
+                                    "a write is not run with the reads",
+                                )),
+                            };
+                            (done, began, std::time::SystemTime::now())
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| {
+                        w.join().unwrap_or_else(|_| {
+                            let now = std::time::SystemTime::now();
+                            (
+                                Done::Answer(error(ErrorCode::Io, "the read failed")),
+                                now,
+                                now,
+                            )
+                        })
+                    })
+                    .collect()
+            });
+        done.into_iter()
+            .map(|(d, began, ended)| {
+                let answer = match d {
+                    Done::Answer(a) => a,
+                    Done::Read(resolved, read) => self.finish_read(&resolved, read),
+                };
+                (answer, began, ended)
+            })
+            .collect()
+    }
+
+    /// The part of a read that needs no session state (open, read, check, cut).
+    fn read_shared(
+        &self,
+        written: &str,
+        found: &Found,
+        offset: u64,
+        limit: u64,
+    ) -> Result<ReadDone, Answer> {
         let file = match self.root.open_for_reading(written, found) {
             Ok(f) => f,
-            Err(e) => return resolve_answer(&e),
+            Err(e) => return Err(resolve_answer(&e)),
         };
-        let bytes = match read_capped(file, written) {
-            Ok(b) => b,
-            Err(answer) => return answer,
-        };
+        let bytes = read_capped(file, written)?;
         // Validated once, as the string the answer may hand over whole.
         let Ok(owned) = String::from_utf8(bytes) else {
-            return not_text(written);
+            return Err(not_text(written));
         };
         if memchr::memchr(0, owned.as_bytes()).is_some() {
-            return not_text(written);
+            return Err(not_text(written));
         }
         let text = owned.as_str();
         let total_lines = count_lines(text);
         if total_lines > 0 && offset > total_lines {
-            return error(
+            return Err(error(
                 ErrorCode::InvalidArgument,
                 format!(
                     "offset {offset} is past the end of {} ({total_lines} lines)",
                     shown(written)
                 ),
-            );
+            ));
         }
         let chunk = match lines_from(text, total_lines, offset, limit) {
             Ok(chunk) => chunk,
             Err(bytes) => {
-                return error(
+                return Err(error(
                     ErrorCode::TooLarge,
                     format!(
                         "line {offset} of {} has {bytes} bytes, more than the {MAX_READ_BYTES} \
                          one read returns; grep finds what is in it",
                         shown(written)
                     ),
-                )
+                ))
             }
         };
         // BLAKE3: several times faster than SHA-256 here, and as collision-resistant.
         let hash: [u8; 32] = blake3::hash(text.as_bytes()).into();
-        let unchanged = self.already_sent(resolved, hash, offset, chunk.lines);
-        let whole = chunk.text.len() == text.len();
-        let text = if unchanged {
-            String::new()
-        } else if whole {
-            // The whole file: hand over the buffer read instead of copying it (a 1 MB read
-            // is otherwise one more allocation and copy on the way to the model).
+        let lines = chunk.lines;
+        // The whole file: hand over the buffer read instead of copying it (a 1 MB read is
+        // otherwise one more allocation and copy on the way to the model).
+        let text = if chunk.text.len() == text.len() {
             owned
         } else {
             chunk.text.to_owned()
         };
-        Answer::FileText {
+        Ok(ReadDone {
             text,
-            first_line: offset,
+            hash,
+            offset,
+            lines,
             total_lines,
+        })
+    }
+
+    /// The part of a read that records what was sent (and sends nothing again).
+    fn finish_read(&mut self, resolved: &str, read: ReadDone) -> Answer {
+        let unchanged = self.already_sent(resolved, read.hash, read.offset, read.lines);
+        Answer::FileText {
+            text: if unchanged { String::new() } else { read.text },
+            first_line: read.offset,
+            total_lines: read.total_lines,
             unchanged,
         }
     }

@@ -330,6 +330,44 @@ impl<'a> SessionTools<'a> {
 }
 
 impl ToolHost for SessionTools<'_> {
+    /// Allowed reads run on one thread each ([`FileTools::run_concurrently`]); a batch with
+    /// anything the policy refuses or would ask about is decided and run one request at a
+    /// time, as without a batch, so that every question is asked in order.
+    fn call_batch(&mut self, requests: &[Request]) -> Vec<(Answer, Option<Value>)> {
+        let mut pendings = Vec::with_capacity(requests.len());
+        for request in requests {
+            match self.files.prepare(&self.engine, &self.ctx, request) {
+                crate::broker::Prepared::Ready(p) if p.decision().verdict == Verdict::Allow => {
+                    pendings.push(p)
+                }
+                _ => return requests.iter().map(|r| self.call(r)).collect(),
+            }
+        }
+        let decisions: Vec<_> = pendings.iter().map(|p| p.decision().clone()).collect();
+        let done = self
+            .files
+            .run_concurrently(&self.engine, &self.ctx, pendings);
+        requests
+            .iter()
+            .zip(decisions)
+            .zip(done)
+            .map(|((request, decision), (answer, began, ended))| {
+                let mut event = decision_event(request, Some(&decision), None);
+                let micros = |t: std::time::SystemTime| {
+                    t.duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_micros() as u64)
+                };
+                if let Some(map) = event.as_object_mut() {
+                    // When the supervisor's work on it began and ended: a batch's reads
+                    // overlap in time.
+                    map.insert("began_us".into(), json!(micros(began)));
+                    map.insert("ended_us".into(), json!(micros(ended)));
+                }
+                (answer, Some(event))
+            })
+            .collect()
+    }
+
     fn call(&mut self, request: &Request) -> (Answer, Option<Value>) {
         match request {
             Request::ReadFile { .. }

@@ -9,8 +9,11 @@
 //! caller can tell the user. A request the policy refuses is not a violation: the tool host
 //! answers it with `Answer::Error`, which the model reads.
 //!
-//! Requests are handled one at a time in the order they arrive, so an id is always answered
-//! before the next request is read.
+//! Requests are handled in the order they arrive, and each id is answered in that order. A
+//! step's read-only requests that the agent marks `more` (each but the last) are gathered as
+//! one batch (at most [`MAX_BATCH`]; the agent's display events between them pass through)
+//! and handed to [`ToolHost::call_batch`], which may run them concurrently; anything else that
+//! arrives while gathering ends the batch and is handled after it, as it came.
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -41,6 +44,24 @@ pub trait ToolHost {
     /// audit event that describes the decision and the effect (`None`: nothing to record,
     /// for the journal).
     fn call(&mut self, request: &Request) -> (Answer, Option<Value>);
+
+    /// Runs a batch of read-only requests (`read_file`, `glob`, `grep`) the agent sent
+    /// together; the answers in the same order. A host may run them concurrently; by default
+    /// one after the other.
+    fn call_batch(&mut self, requests: &[Request]) -> Vec<(Answer, Option<Value>)> {
+        requests.iter().map(|r| self.call(r)).collect()
+    }
+}
+
+/// Most requests run as one batch.
+pub const MAX_BATCH: usize = 16;
+
+/// The requests the agent may send as a batch (`more`): they only read.
+fn batchable(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::ReadFile { .. } | Request::Glob { .. } | Request::Grep { .. }
+    )
 }
 
 /// Where the broker writes its audit events (the session's audit log).
@@ -174,8 +195,14 @@ impl<A: AuditSink> Broker<A> {
         self.state = State::InTurn;
         let mut requests = 0u64;
         let mut cancel_deadline = None;
+        // A frame read while gathering a batch that is not part of it.
+        let mut lookahead: Option<AgentFrame> = None;
         loop {
-            let frame = match self.next_frame(Some(cancel), cancel_deadline)? {
+            let next = match lookahead.take() {
+                Some(frame) => Some(frame),
+                None => self.next_frame(Some(cancel), cancel_deadline)?,
+            };
+            let frame = match next {
                 Some(frame) => frame,
                 None if cancel_deadline.is_some() => {
                     return Err(self.violation("the turn did not end after cancel".into(), None))
@@ -191,7 +218,54 @@ impl<A: AuditSink> Broker<A> {
             };
             let kind = self.admit(&frame)?;
             match frame {
-                AgentFrame::Request { id, request } => {
+                AgentFrame::Request {
+                    id,
+                    request,
+                    more: true,
+                } if batchable(&request) && rule(self.state, kind) == Rule::Allow => {
+                    // The agent sent more reads of the same step: gather them (its display
+                    // events go through as they come) and run them together.
+                    let mut batch = vec![(id, request)];
+                    let mut more = true;
+                    while more && batch.len() < MAX_BATCH {
+                        let Some(next) = self.next_frame(Some(cancel), cancel_deadline)? else {
+                            break;
+                        };
+                        let next_kind = self.admit(&next)?;
+                        match next {
+                            AgentFrame::Ui { event } => ui(&event),
+                            AgentFrame::Request {
+                                id,
+                                request,
+                                more: further,
+                            } if batchable(&request)
+                                && rule(self.state, next_kind) == Rule::Allow =>
+                            {
+                                batch.push((id, request));
+                                more = further;
+                            }
+                            other => {
+                                lookahead = Some(other);
+                                break;
+                            }
+                        }
+                    }
+                    let (ids, batch): (Vec<u64>, Vec<Request>) = batch.into_iter().unzip();
+                    let results = tools.call_batch(&batch);
+                    for (id, (answer, event)) in ids.into_iter().zip(results) {
+                        if let Some(mut event) = event {
+                            if let Some(map) = event.as_object_mut() {
+                                map.insert("id".into(), json!(id));
+                                map.insert("answer".into(), json!(answer_kind(&answer)));
+                                map.insert("batch".into(), json!(batch.len()));
+                            }
+                            self.record("tool_call", event)?;
+                        }
+                        requests += 1;
+                        self.send_answer(id, answer)?;
+                    }
+                }
+                AgentFrame::Request { id, request, .. } => {
                     let answer = if rule(self.state, kind) == Rule::RefuseCancelled {
                         self.record(
                             "tool_call",
@@ -262,7 +336,7 @@ impl<A: AuditSink> Broker<A> {
         while let Some(frame) = self.next_frame(None, Some(deadline))? {
             let kind = self.admit(&frame)?;
             match frame {
-                AgentFrame::Request { id, request } => {
+                AgentFrame::Request { id, request, .. } => {
                     let (answer, _) = tools.call(&request);
                     self.send_answer(id, answer)?;
                 }
