@@ -413,6 +413,21 @@ pub fn main() -> i32 {
         eprintln!("garuda: -p takes no subcommand");
         return SETUP_FAILED;
     }
+    // Commands that only read and print end quietly when their reader goes away
+    // (`garuda audit list | head`), as `ls` does, instead of panicking on the broken pipe:
+    // they have nothing to finish or clean up.
+    let read_only = matches!(
+        &command,
+        Cmd::Policy { .. }
+            | Cmd::Sessions { .. }
+            | Cmd::Doctor { .. }
+            | Cmd::Audit {
+                action: AuditCmd::List { .. } | AuditCmd::Show { .. }
+            }
+    );
+    if read_only {
+        crate::sys::default_sigpipe();
+    }
     match command {
         Cmd::Sandbox {
             executor,

@@ -184,6 +184,13 @@ fn current_action(signal: libc::c_int) -> io::Result<libc::sigaction> {
     Ok(old)
 }
 
+/// Puts `SIGPIPE` back to its default action (the Rust runtime ignores it), so that a write
+/// to a closed pipe ends the process silently. Only for commands that only read and print.
+pub fn default_sigpipe() {
+    // SAFETY: `signal` with a constant disposition; the old one is not needed.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 /// The signal the forwarding handlers received since they were installed, if any.
 pub fn forwarded_signal() -> Option<libc::c_int> {
     match FORWARD_RECEIVED.load(std::sync::atomic::Ordering::SeqCst) {
