@@ -91,7 +91,7 @@ impl Outside {
                 .collect(),
             uid_map: text("/proc/self/uid_map"),
             net_dev: text("/proc/net/dev"),
-            pid1_cmdline: std::fs::read("/proc/1/cmdline").unwrap_or_default(),
+            pid1_cmdline: pid1_cmdline(),
             etc_hostname: File::open("/etc/hostname")
                 .map(drop)
                 .map_err(|e| errno_of(&e)),
@@ -152,6 +152,21 @@ impl Outside {
         }
         out
     }
+}
+
+/// PID 1's command line. The agent starts once PID 1's `execve` of the reaper has passed the
+/// point where its close-on-exec descriptors close, but the kernel sets the new program's
+/// arguments a moment later: read in that window the file is empty. So an empty read is read
+/// again, for up to about 100 ms; anything else (or still nothing) is what the check judges.
+fn pid1_cmdline() -> Vec<u8> {
+    for _ in 0..100 {
+        let cmdline = std::fs::read("/proc/1/cmdline").unwrap_or_default();
+        if !cmdline.is_empty() {
+            return cmdline;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Vec::new()
 }
 
 /// A field of `/proc/self/status` as a number.
