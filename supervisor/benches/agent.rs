@@ -160,6 +160,40 @@ fn descendants_named(root: u32, name: &str) -> Vec<u32> {
     out
 }
 
+fn executor_alone(w: &World, runs: usize) -> Vec<Duration> {
+    use garuda_supervisor::executor::{select::select_executor_cached, CommandSpec, StdioMode};
+    let vars: Vec<(std::ffi::OsString, std::ffi::OsString)> = vec![
+        ("HOME".into(), w.home.clone().into_os_string()),
+        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+        (
+            "GARUDA_HOME".into(),
+            w.home.join(".garuda").into_os_string(),
+        ),
+    ];
+    let host = garuda_policy::HostEnv::from_vars(vars).unwrap();
+    let settings =
+        garuda_policy::load_policy(&w.project, &host, &garuda_policy::Flags::default()).unwrap();
+    let (policy, _) =
+        garuda_policy::build_exec_policy_noting(&w.project, &settings, &host).unwrap();
+    let selection = select_executor_cached(settings.executor, Some(&host.garuda_home)).unwrap();
+    (0..runs)
+        .map(|i| {
+            let spec = CommandSpec {
+                argv: vec!["/bin/sh".into(), "-c".into(), format!("true {i}").into()],
+                cwd: Some(w.project.clone()),
+            };
+            let t = Instant::now();
+            let out = selection
+                .executor
+                .run(&spec, &policy, StdioMode::Capture)
+                .unwrap();
+            let took = t.elapsed();
+            assert!(out.status.code() == 0);
+            took
+        })
+        .collect()
+}
+
 fn main() {
     let runs: usize = std::env::args()
         .nth(1)
@@ -206,6 +240,17 @@ fn main() {
     assert!(child.wait().unwrap().success());
     let (p50, p90) = median_ms(gaps(&server));
     println!("per bash `true` call (same measure): p50 {p50:.2} ms, p90 {p90:.2} ms  [target ≤ executor alone + 1]");
+
+    // The executor alone, for the same project, policy and command, in this process (what a
+    // `bash` call would cost with no agent, broker, audit or model): the baseline of the
+    // issue's "≤ the executor alone + 1 ms".
+    let alone = executor_alone(&w, calls);
+    let (alone50, alone90) = median_ms(alone);
+    println!("the executor alone, same policy, `/bin/sh -c 'true N'`: p50 {alone50:.2} ms, p90 {alone90:.2} ms");
+    println!(
+        "per bash call over the executor alone: {:.2} ms  [target ≤ 1; this gap also holds the agent's next model request, about the per read_file figure]",
+        p50 - alone50
+    );
 
     // Resident memory while the model thinks.
     let server = ModelServer::start(
