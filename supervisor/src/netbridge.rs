@@ -692,10 +692,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("p.sock");
         let _server = upper_server(&sock);
-        let port = free_port();
-        let (receiver, theirs) = handoff(&sock, port).unwrap();
-        let setup = sandbox_side(port, theirs);
-        let bridge = receiver.receive().unwrap();
+        // This test runs in the host's network namespace: a port found free can be taken by
+        // another test before the sandbox side binds it (`NoListener`); take another then.
+        let mut attempts = 0;
+        let (port, bridge, setup) = loop {
+            attempts += 1;
+            let port = free_port();
+            let (receiver, theirs) = handoff(&sock, port).unwrap();
+            let setup = sandbox_side(port, theirs);
+            match receiver.receive() {
+                Ok(bridge) => break (port, bridge, setup),
+                Err(BridgeError::NoListener { .. }) if attempts < 10 => {
+                    let _ = setup.join();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
         assert_eq!(setup.join().unwrap(), Ok(()));
         let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
         c.write_all(b"through").unwrap();
