@@ -619,6 +619,13 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
                     }
                 }
                 FinishReason::Refusal => {
+                    // A refused response's tool calls are not run (and may be cut short): kept
+                    // without a result they would make every later request of the session
+                    // ill-formed. Only its text is kept.
+                    let content: Vec<Block> = content
+                        .into_iter()
+                        .filter(|b| matches!(b, Block::Text { .. }))
+                        .collect();
                     answer.push_str(&text_of(&content));
                     if !content.is_empty() {
                         self.push(

@@ -403,6 +403,48 @@ async fn a_refusal_stops_the_turn() {
 }
 
 #[tokio::test]
+async fn a_refusal_with_a_tool_call_keeps_its_text_and_runs_nothing() {
+    // Anthropic can stop with `refusal` in the middle of a tool call, and an OpenAI-compatible
+    // server can send a refusal next to tool calls: the call is not run, and the conversation
+    // must not keep it without a result (`one_turn` checks that, and that the journal rebuilds
+    // it), or the next turn's request would be refused by the provider.
+    let model = ScriptedModel::default();
+    let mut refused = calls(&[("t1", "bash", json!({"command": "rm -rf /"}))], (10, 3));
+    refused.content.insert(
+        0,
+        Block::Text {
+            text: "I won't do that.".into(),
+        },
+    );
+    refused.finish = FinishReason::Refusal;
+    model.script(SYS, vec![Reply::Respond(refused)]);
+    let sup = supervisor();
+    let mut agent = Agent::new(&model, &sup, LoopConfig::default(), SYS.into());
+    let out = agent.run_turn("go").await.unwrap();
+    assert_eq!(out.reason, StopReason::Refusal);
+    assert_eq!(out.text, "I won't do that.");
+    assert!(sup.tool_requests().is_empty(), "the refused call is not run");
+    every_tool_use_has_a_result(agent.messages());
+    assert_eq!(
+        agent.messages().last().unwrap().content,
+        [Block::Text {
+            text: "I won't do that.".into()
+        }]
+    );
+    // The next turn sends a well-formed conversation: its last two messages are the kept
+    // text and the new prompt.
+    model.script(SYS, vec![Reply::Respond(text("ok", (10, 1)))]);
+    agent.run_turn("something else").await.unwrap();
+    let requests = model.requests.borrow();
+    let sent = &requests[1].messages;
+    assert_eq!(sent.len(), 3);
+    assert!(!sent
+        .iter()
+        .flat_map(|m| &m.content)
+        .any(|b| matches!(b, Block::ToolUse { .. })));
+}
+
+#[tokio::test]
 async fn pause_turn_sends_the_conversation_again() {
     let model = ScriptedModel::default();
     model.script(
