@@ -475,7 +475,11 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
                     None => budget.reserve(0).ok(),
                 };
                 if let Some(last) = last {
-                    charged = charged - last.tokens() + u.input_tokens + u.output_tokens;
+                    // Saturating: the counts are the server's, and a wrapped sum would
+                    // journal a tiny charge that a resumed session then starts from.
+                    charged = charged
+                        .saturating_sub(last.tokens())
+                        .saturating_add(u.input_tokens.saturating_add(u.output_tokens));
                     budget.settle(last, u);
                 }
                 reported = Some(u);
@@ -513,7 +517,7 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
     fn measure(conv: &mut Conv, usage: Option<TokenUsage>) {
         if let Some(u) = usage {
             conv.measured = Some(Measured {
-                tokens: u.input_tokens + u.output_tokens,
+                tokens: u.input_tokens.saturating_add(u.output_tokens),
                 messages: conv.messages.len(),
             });
         }
@@ -764,8 +768,9 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
         }
         let request =
             compact::summary_request(&conv.messages[..keep], self.config.summary_max_tokens);
-        let need =
-            input.max(input_estimate(&request, None)) + u64::from(self.config.summary_max_tokens);
+        let need = input
+            .max(input_estimate(&request, None))
+            .saturating_add(u64::from(self.config.summary_max_tokens));
         let called = self
             .call_model(&conv.budget, &request, need, "compaction", false)
             .await?;
@@ -814,11 +819,14 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
                 Ok(Call::Explore { .. }) => self.config.explore_result_cap,
                 _ => self.config.result_cap,
             } as u64;
-            input += tokens_of_chars(6 * cap + RESULT_OVERHEAD_CHARS);
+            input = input.saturating_add(tokens_of_chars(6 * cap + RESULT_OVERHEAD_CHARS));
         }
-        let mut floor = input + u64::from(max_tokens);
+        // Saturating: `input` may hold a measure the server reported.
+        let mut floor = input.saturating_add(u64::from(max_tokens));
         if input > self.config.compact_at() {
-            floor += input + u64::from(self.config.summary_max_tokens);
+            floor = floor
+                .saturating_add(input)
+                .saturating_add(u64::from(self.config.summary_max_tokens));
         }
         floor
     }

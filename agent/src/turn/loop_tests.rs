@@ -530,6 +530,35 @@ async fn retries_each_reserve_and_only_the_last_attempt_settles() {
 }
 
 #[tokio::test]
+async fn an_absurd_reported_usage_is_charged_in_full_and_journaled_as_charged() {
+    // The counts come from the server: a sum past u64 must not wrap (a release build would
+    // journal a tiny charge, and a resumed session would start from it) nor panic.
+    let model = ScriptedModel::default();
+    model.script(
+        SYS,
+        vec![
+            Reply::Respond(calls(
+                &[("t1", "glob", json!({"pattern": "*"}))],
+                (u64::MAX - 5, 100),
+            )),
+            Reply::Respond(text("never", (1, 1))),
+        ],
+    );
+    let sup = supervisor();
+    // `one_turn` also checks that the journal's charges rebuild the budget's spend.
+    let out = one_turn(&model, &sup, LoopConfig::default()).await;
+    assert_eq!(out.reason, StopReason::TokenBudget, "nothing is left");
+    let charged: Vec<u64> = records(&sup)
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Usage { charged, .. } => Some(charged),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(charged, [u64::MAX]);
+}
+
+#[tokio::test]
 async fn cancel_before_a_step_stops_at_once() {
     let model = ScriptedModel::default();
     model.script(SYS, vec![Reply::Respond(text("never", (1, 1)))]);
