@@ -727,13 +727,26 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
         let called = self
             .call_model(&conv.budget, &request, need, conv.label(), false)
             .await?;
-        let (reason, text) = match called {
-            Called::Response(r) => (StopReason::MaxSteps, answer + &text_of(&r.content)),
-            Called::Refused(_) => (StopReason::TokenBudget, answer),
-            Called::Cancelled => (StopReason::Cancelled, answer),
-            Called::Failed(_) => (StopReason::ModelError, answer),
+        // As in `run`: a refusal and a model error are shown, and the error is kept for the
+        // explore result's trailer.
+        let (reason, text, error) = match called {
+            Called::Response(r) => (StopReason::MaxSteps, answer + &text_of(&r.content), None),
+            Called::Refused(e) => {
+                self.notice(e.to_string());
+                (StopReason::TokenBudget, answer, None)
+            }
+            Called::Cancelled => (StopReason::Cancelled, answer, None),
+            Called::Failed(e) => {
+                self.notice(e.to_string());
+                (StopReason::ModelError, answer, Some(e.to_string()))
+            }
         };
-        end(reason, text, steps)
+        Ok(RunEnd {
+            reason,
+            text,
+            steps,
+            error,
+        })
     }
 
     /// Compaction when the next request is above 80 % of the window: trim old tool outputs,

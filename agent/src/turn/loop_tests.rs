@@ -980,6 +980,43 @@ async fn explore_is_read_only_and_stops_at_twenty_steps_with_a_wrap_up() {
 }
 
 #[tokio::test]
+async fn a_failed_wrap_up_call_says_why_in_the_explore_result() {
+    let model = ScriptedModel::default();
+    model.script(
+        SYS,
+        vec![
+            step_with(vec![explore_call("e1", "q")]),
+            Reply::Respond(text("ok", (10, 1))),
+        ],
+    );
+    model.script(
+        "q",
+        vec![
+            step_with(vec![("c1".into(), "glob".into(), json!({"pattern": "*"}))]),
+            // The wrap-up call at the step limit fails.
+            Reply::Fail(ModelError::Status {
+                status: 529,
+                message: "overloaded_error: Overloaded".into(),
+            }),
+        ],
+    );
+    let sup = supervisor();
+    let config = LoopConfig {
+        explore_max_steps: 1,
+        ..LoopConfig::default()
+    };
+    one_turn(&model, &sup, config).await;
+    let requests = model.requests.borrow();
+    let r = results_in(requests.last().unwrap());
+    let want = "[explore: 1 step; model error: the model's API answered 529: overloaded_error: Overloaded]";
+    assert!(r[0].1.ends_with(want), "{}", r[0].1);
+    assert!(r[0].2, "no answer: an error result");
+    assert!(sup.ui.borrow().iter().any(
+        |e| matches!(e, UiEvent::Notice { text } if text == "the model's API answered 529: overloaded_error: Overloaded")
+    ));
+}
+
+#[tokio::test]
 async fn an_explore_answer_is_capped_with_its_trailer_inside_the_cap() {
     let model = ScriptedModel::default();
     model.script(
