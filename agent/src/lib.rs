@@ -70,7 +70,7 @@ async fn serve(channel: UnixStream) -> Result<(), RunError> {
     loop {
         match link.next_control().await {
             Control::UserPrompt(text) => {
-                link.begin_turn();
+                // The link cleared any cancel from before this prompt (in frame order).
                 let outcome = agent.run_turn(&text).await?;
                 link.turn_end(outcome.reason, outcome.usage)?;
             }

@@ -97,7 +97,7 @@ pub struct SocketSupervisor {
     writer: RefCell<UnixStream>,
     shared: Arc<Shared>,
     receivers: RefCell<HashMap<u64, oneshot::Receiver<Answer>>>,
-    cancel_tx: Arc<watch::Sender<bool>>,
+    /// Set and cleared by the reader only (the sender is its own), in frame order.
     cancel: watch::Receiver<bool>,
     control: tokio::sync::Mutex<mpsc::UnboundedReceiver<Control>>,
 }
@@ -109,27 +109,24 @@ impl SocketSupervisor {
         let mut reader = channel.try_clone()?;
         let shared = Arc::new(Shared::default());
         let (cancel_tx, cancel) = watch::channel(false);
-        let cancel_tx = Arc::new(cancel_tx);
         let (control_tx, control) = mpsc::unbounded_channel();
         let thread_shared = Arc::clone(&shared);
-        let thread_cancel = Arc::clone(&cancel_tx);
         std::thread::Builder::new()
             .name("garuda-agent-reader".into())
             .spawn(move || {
-                let why = read_loop(&mut reader, &thread_shared, &thread_cancel, &control_tx);
+                let why = read_loop(&mut reader, &thread_shared, &cancel_tx, &control_tx);
                 // Closed before the waiters go, so that a request registered after the drain
                 // sees the flag (see `send`).
                 thread_shared.closed.store(true, Ordering::SeqCst);
                 thread_shared.waiting().clear();
                 // A turn in progress stops: nothing it asks can be answered any more.
-                thread_cancel.send_replace(true);
+                cancel_tx.send_replace(true);
                 let _ = control_tx.send(Control::Closed(why));
             })?;
         Ok(SocketSupervisor {
             writer: RefCell::new(channel),
             shared,
             receivers: RefCell::new(HashMap::new()),
-            cancel_tx,
             cancel,
             control: tokio::sync::Mutex::new(control),
         })
@@ -153,13 +150,6 @@ impl SocketSupervisor {
         match self.control.lock().await.recv().await {
             Some(c) => c,
             None => Control::Closed("the reader stopped".into()),
-        }
-    }
-
-    /// Clears a cancel left over from before this turn (a Ctrl-C between turns).
-    pub fn begin_turn(&self) {
-        if !self.shared.closed.load(Ordering::SeqCst) {
-            self.cancel_tx.send_replace(false);
         }
     }
 
@@ -200,6 +190,11 @@ fn read_loop(
                 let _ = control.send(Control::Start(Box::new(start)));
             }
             SupervisorFrame::UserPrompt { text } => {
+                // A new turn. A cancel read before its prompt was for no turn (a Ctrl-C
+                // between turns) and is cleared; one read after it is this turn's and stays.
+                // Cleared here, in frame order: the loop clearing it once it has taken the
+                // prompt would also lose a cancel that came right behind the prompt.
+                cancel.send_replace(false);
                 let _ = control.send(Control::UserPrompt(text));
             }
             SupervisorFrame::Shutdown => {
@@ -265,11 +260,12 @@ mod tests {
     use super::*;
 
     /// The supervisor's end: reads `n` requests, then answers them in reverse order, then
-    /// sends a cancel and a prompt; returns the ids in the order it read them, and its end
-    /// of the channel (still open).
+    /// sends a cancel and, once `go` says so, a prompt; returns the ids in the order it read
+    /// them, and its end of the channel (still open).
     fn fake_supervisor(
         mut s: UnixStream,
         n: usize,
+        go: std::sync::mpsc::Receiver<()>,
     ) -> std::thread::JoinHandle<(Vec<u64>, UnixStream)> {
         std::thread::spawn(move || {
             let mut ids = Vec::new();
@@ -287,6 +283,7 @@ mod tests {
                 write_frame(&mut s, &SupervisorFrame::Answer { id, answer }).unwrap();
             }
             write_frame(&mut s, &SupervisorFrame::Cancel).unwrap();
+            go.recv().unwrap();
             write_frame(
                 &mut s,
                 &SupervisorFrame::UserPrompt {
@@ -301,7 +298,8 @@ mod tests {
     #[tokio::test]
     async fn answers_are_matched_by_id_whatever_their_order() {
         let (agent, sup) = UnixStream::pair().unwrap();
-        let fake = fake_supervisor(sup, 3);
+        let (go, wait) = std::sync::mpsc::channel();
+        let fake = fake_supervisor(sup, 3, wait);
         let link = SocketSupervisor::new(agent).unwrap();
         for id in [10, 11, 12] {
             link.send(
@@ -320,15 +318,17 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        let (ids, end) = fake.join().unwrap();
-        assert_eq!(ids, [10, 11, 12]);
+        // A cancel between turns is seen…
         link.cancelled().await;
         assert!(link.is_cancelled());
+        go.send(()).unwrap();
+        let (ids, end) = fake.join().unwrap();
+        assert_eq!(ids, [10, 11, 12]);
         assert_eq!(
             link.next_control().await,
             Control::UserPrompt("next".into())
         );
-        link.begin_turn();
+        // …and cleared by the next prompt.
         assert!(!link.is_cancelled());
         drop(end);
         // The fake closed its end: the reader says so, cancels, and no answer can come.
@@ -342,5 +342,24 @@ mod tests {
             },
         );
         assert!(matches!(sent, Err(LinkError::Closed)), "{sent:?}");
+    }
+
+    #[tokio::test]
+    async fn a_cancel_right_behind_the_prompt_is_kept_for_that_turn() {
+        // Ctrl-C as the turn starts: the reader has read both frames before the loop takes
+        // the prompt. The cancel is this turn's (the reverse order, a cancel between turns,
+        // is cleared: the test above). `agent/tests/serve.rs` shows it through `run`.
+        let (agent, mut sup) = UnixStream::pair().unwrap();
+        let link = SocketSupervisor::new(agent).unwrap();
+        let prompt = SupervisorFrame::UserPrompt { text: "go".into() };
+        write_frame(&mut sup, &prompt).unwrap();
+        write_frame(&mut sup, &SupervisorFrame::Cancel).unwrap();
+        assert_eq!(link.next_control().await, Control::UserPrompt("go".into()));
+        // A timeout only turns a hang (the cancel lost) into a failure.
+        tokio::time::timeout(std::time::Duration::from_secs(20), link.cancelled())
+            .await
+            .expect("the cancel behind the prompt was lost");
+        assert!(link.is_cancelled());
+        drop(sup);
     }
 }

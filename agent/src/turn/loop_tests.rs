@@ -423,7 +423,10 @@ async fn a_refusal_with_a_tool_call_keeps_its_text_and_runs_nothing() {
     let out = agent.run_turn("go").await.unwrap();
     assert_eq!(out.reason, StopReason::Refusal);
     assert_eq!(out.text, "I won't do that.");
-    assert!(sup.tool_requests().is_empty(), "the refused call is not run");
+    assert!(
+        sup.tool_requests().is_empty(),
+        "the refused call is not run"
+    );
     every_tool_use_has_a_result(agent.messages());
     assert_eq!(
         agent.messages().last().unwrap().content,
