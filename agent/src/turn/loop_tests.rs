@@ -11,7 +11,7 @@ use crate::turn::agent_loop::{CONTINUE_PROMPT, EXPLORE_SYSTEM, WRAP_UP_PROMPT};
 use crate::turn::compact::{SUMMARY_PREFIX, SUMMARY_SYSTEM};
 use crate::turn::journal::{rebuild, Record};
 use crate::turn::testkit::{calls, text, Event, MockSupervisor, Reply, ScriptedModel};
-use crate::turn::{Agent, LinkError, LoopConfig, TurnOutcome};
+use crate::turn::{Agent, LinkError, LoopConfig, Supervisor, TurnOutcome};
 
 const SYS: &str = "SYS";
 
@@ -701,6 +701,87 @@ async fn the_mock_catches_a_loop_that_awaits_before_sending_everything() {
     let r = agent.run_turn("go").await;
     assert!(matches!(r, Err(LinkError::Closed)), "{r:?}");
     assert_eq!(sup.tool_requests().len(), 1);
+}
+
+#[tokio::test]
+async fn more_is_false_on_the_last_request_of_a_batch_with_explore_and_invalid_calls() {
+    // One run of read-only calls: explore, two reads, an invalid call, explore. Only the two
+    // reads are requests to the supervisor: the first says `more`, the second (the batch's
+    // last request, though not its last call) must not, or the supervisor would wait for a
+    // request that never comes while the agent waits for its answers.
+    let model = ScriptedModel::default();
+    model.script(
+        SYS,
+        vec![
+            step_with(vec![
+                explore_call("e1", "q1"),
+                ("t1".into(), "read_file".into(), json!({"path": "a"})),
+                ("t2".into(), "glob".into(), json!({"pattern": "*"})),
+                ("t3".into(), "read_file".into(), json!({"path": ""})),
+                explore_call("e2", "q2"),
+            ]),
+            // A step whose only request is followed by an invalid call.
+            step_with(vec![
+                ("t4".into(), "grep".into(), json!({"pattern": "x"})),
+                ("t5".into(), "nope".into(), json!({})),
+            ]),
+            Reply::Respond(text("done", (10, 1))),
+        ],
+    );
+    for q in ["q1", "q2"] {
+        model.script(
+            q,
+            vec![
+                step_with(vec![
+                    (format!("{q}-a"), "glob".into(), json!({ "pattern": q })),
+                    (format!("{q}-b"), "grep".into(), json!({ "pattern": q })),
+                ]),
+                Reply::Respond(text(&format!("answer to {q}"), (10, 1))),
+            ],
+        );
+    }
+    let sup = supervisor();
+    let out = one_turn(&model, &sup, LoopConfig::default()).await;
+    assert_eq!(out.reason, StopReason::Done);
+    let mores = sup.mores.borrow().clone();
+    let main: Vec<(String, bool)> = mores[..2].to_vec();
+    assert_eq!(
+        main,
+        [("read_file".into(), true), ("glob".into(), false)],
+        "{mores:?}"
+    );
+    // Each explore child's own batch of two: the first says more, the last does not.
+    assert_eq!(
+        mores[2..6].iter().map(|(_, m)| *m).collect::<Vec<_>>(),
+        [true, false, true, false],
+        "{mores:?}"
+    );
+    assert_eq!(mores[6..], [("grep".into(), false)], "{mores:?}");
+    // Every batch was closed: no request is left saying `more`.
+    assert!(!mores.last().unwrap().1);
+    let r = results_in(&model.requests.borrow()[model.requests.borrow().len() - 2]);
+    assert!(r[0].1.starts_with("answer to q1"), "{r:?}");
+    assert!(r[3].1.contains("must not be empty"), "{r:?}");
+    assert!(r[4].1.starts_with("answer to q2"), "{r:?}");
+}
+
+#[tokio::test]
+async fn the_mock_holds_the_answers_of_a_batch_left_open() {
+    // Negative control of the test above: like the supervisor, the mock answers a request
+    // sent with `more` only once the batch is closed; a batch left open is a deadlock (the
+    // mock reports it instead of hanging).
+    let sup = supervisor();
+    let glob = || Request::Glob {
+        pattern: "*".into(),
+        path: None,
+    };
+    sup.send_more(1, glob(), true).unwrap();
+    assert!(matches!(sup.answer(1).await, Err(LinkError::Closed)));
+    // Control: the batch's last request closes it, and both answers come.
+    sup.send_more(2, glob(), true).unwrap();
+    sup.send_more(3, glob(), false).unwrap();
+    assert!(sup.answer(2).await.is_ok());
+    assert!(sup.answer(3).await.is_ok());
 }
 
 #[tokio::test]

@@ -190,6 +190,11 @@ pub struct MockSupervisor {
     /// Tool answers are released only when this many tool requests are outstanding, then
     /// all of them, in reverse order of their requests. 1: each at once.
     pub hold_until: Cell<usize>,
+    /// As the real supervisor does, a request sent with `more` opens a batch: no answer is
+    /// released until a request without `more` (or another frame, a journal append) ends it.
+    gathering: Cell<bool>,
+    /// Each tool request's tool and `more` flag, in the order sent.
+    pub mores: RefCell<Vec<(String, bool)>>,
     held: RefCell<Vec<(u64, Answer)>>,
     arrived: RefCell<HashMap<u64, Answer>>,
     /// Ids in the order their answers "arrived".
@@ -210,6 +215,8 @@ impl MockSupervisor {
         MockSupervisor {
             handler: Box::new(handler),
             hold_until: Cell::new(1),
+            gathering: Cell::new(false),
+            mores: RefCell::default(),
             held: RefCell::default(),
             arrived: RefCell::default(),
             arrival: RefCell::default(),
@@ -243,7 +250,7 @@ impl MockSupervisor {
 
     fn release(&self) {
         let mut held = self.held.borrow_mut();
-        if held.len() >= self.hold_until.get() {
+        if !self.gathering.get() && held.len() >= self.hold_until.get() {
             for (id, a) in held.drain(..).rev() {
                 self.arrival.borrow_mut().push(id);
                 self.arrived.borrow_mut().insert(id, a);
@@ -266,17 +273,28 @@ fn tool_name(r: &Request) -> &'static str {
 
 impl Supervisor for MockSupervisor {
     fn send(&self, id: u64, request: Request) -> Result<(), LinkError> {
+        self.send_more(id, request, false)
+    }
+
+    fn send_more(&self, id: u64, request: Request, more: bool) -> Result<(), LinkError> {
         if let Request::JournalAppend { record } = &request {
             self.journal.borrow_mut().push(record.clone());
             self.arrived.borrow_mut().insert(id, Answer::Stored);
+            // Another frame ends a batch being gathered.
+            self.gathering.set(false);
+            self.release();
             return Ok(());
         }
         self.events
             .borrow_mut()
             .push(Event::Sent(id, tool_name(&request).into()));
+        self.mores
+            .borrow_mut()
+            .push((tool_name(&request).into(), more));
         let answer = (self.handler)(&request);
         self.requests.borrow_mut().push((id, request));
         self.held.borrow_mut().push((id, answer));
+        self.gathering.set(more);
         self.release();
         if self.requests.borrow().len() == self.cancel_on_request.get() {
             self.cancel();
