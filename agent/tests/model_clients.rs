@@ -73,9 +73,14 @@ fn fast() -> RetryPolicy {
 }
 
 fn client(d: Dialect, server: &ModelServer) -> ModelClient {
+    client_with(d, server, fast())
+}
+
+/// A direct client of `server` with this retry policy.
+fn client_with(d: Dialect, server: &ModelServer, policy: RetryPolicy) -> ModelClient {
     ModelClient::new(&endpoint(d, &server.url(), ""))
         .unwrap()
-        .with_retry_policy(fast())
+        .with_retry_policy(policy)
 }
 
 fn start(d: Dialect, script: Vec<Scripted>) -> ModelServer {
@@ -630,12 +635,14 @@ async fn a_long_retry_after_is_capped(d: Dialect) {
             Scripted::text("capped"),
         ],
     );
-    let c = ModelClient::new(&endpoint(d, &server.url(), ""))
-        .unwrap()
-        .with_retry_policy(RetryPolicy {
+    let c = client_with(
+        d,
+        &server,
+        RetryPolicy {
             backoff_cap: Duration::from_millis(200),
             ..fast()
-        });
+        },
+    );
     let run = ask(&c).await;
     assert_eq!(text_of(run.ok()), "capped");
     assert!(
@@ -671,12 +678,14 @@ async fn busy_statuses_back_off_and_give_up(d: Dialect) {
             Scripted::text("never sent"),
         ],
     );
-    let c = ModelClient::new(&endpoint(d, &server.url(), ""))
-        .unwrap()
-        .with_retry_policy(RetryPolicy {
+    let c = client_with(
+        d,
+        &server,
+        RetryPolicy {
             status_retries: 2,
             ..fast()
-        });
+        },
+    );
     let run = ask(&c).await;
     match run.err() {
         ModelError::Status { status, message } => {

@@ -351,6 +351,14 @@ fn text_of(blocks: &[Block]) -> String {
         .collect()
 }
 
+/// A response's text blocks only (its tool calls dropped).
+fn only_text(content: Vec<Block>) -> Vec<Block> {
+    content
+        .into_iter()
+        .filter(|b| matches!(b, Block::Text { .. }))
+        .collect()
+}
+
 fn add(a: Usage, u: TokenUsage) -> Usage {
     Usage {
         input_tokens: a.input_tokens.saturating_add(u.input_tokens),
@@ -591,22 +599,9 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
             match finish {
                 FinishReason::MaxTokens => {
                     // A cut response's tool calls may be incomplete: only its text is kept.
-                    let text: Vec<Block> = content
-                        .into_iter()
-                        .filter(|b| matches!(b, Block::Text { .. }))
-                        .collect();
+                    let text = only_text(content);
                     let kept = !text.is_empty();
-                    if kept {
-                        answer.push_str(&text_of(&text));
-                        self.push(
-                            conv,
-                            Message {
-                                role: Role::Assistant,
-                                content: text,
-                            },
-                        )
-                        .await?;
-                    }
+                    self.keep_reply(conv, &mut answer, text).await?;
                     Self::measure(conv, usage);
                     if continuations >= self.config.max_continuations {
                         return end(StopReason::MaxTokens, answer, steps);
@@ -626,36 +621,13 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
                     // A refused response's tool calls are not run (and may be cut short): kept
                     // without a result they would make every later request of the session
                     // ill-formed. Only its text is kept.
-                    let content: Vec<Block> = content
-                        .into_iter()
-                        .filter(|b| matches!(b, Block::Text { .. }))
-                        .collect();
-                    answer.push_str(&text_of(&content));
-                    if !content.is_empty() {
-                        self.push(
-                            conv,
-                            Message {
-                                role: Role::Assistant,
-                                content,
-                            },
-                        )
+                    self.keep_reply(conv, &mut answer, only_text(content))
                         .await?;
-                    }
                     return end(StopReason::Refusal, answer, steps);
                 }
                 FinishReason::PauseTurn => {
                     // The server paused a long turn: send the conversation again.
-                    answer.push_str(&text_of(&content));
-                    if !content.is_empty() {
-                        self.push(
-                            conv,
-                            Message {
-                                role: Role::Assistant,
-                                content,
-                            },
-                        )
-                        .await?;
-                    }
+                    self.keep_reply(conv, &mut answer, content).await?;
                     Self::measure(conv, usage);
                 }
                 _ if !uses.is_empty() => {
@@ -686,21 +658,33 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
                     }
                 }
                 _ => {
-                    answer.push_str(&text_of(&content));
-                    if !content.is_empty() {
-                        self.push(
-                            conv,
-                            Message {
-                                role: Role::Assistant,
-                                content,
-                            },
-                        )
-                        .await?;
-                    }
+                    self.keep_reply(conv, &mut answer, content).await?;
                     return end(StopReason::Done, answer, steps);
                 }
             }
         }
+    }
+
+    /// A response that ends or pauses the step without running tools: its text goes on the
+    /// answer, and its blocks, if any, into the conversation as the model's message.
+    async fn keep_reply(
+        &self,
+        conv: &mut Conv,
+        answer: &mut String,
+        content: Vec<Block>,
+    ) -> Result<(), LinkError> {
+        answer.push_str(&text_of(&content));
+        if !content.is_empty() {
+            self.push(
+                conv,
+                Message {
+                    role: Role::Assistant,
+                    content,
+                },
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     /// A subagent at its step limit: one more call, reserved like any other, asks for the

@@ -572,12 +572,12 @@ async fn cancel_before_a_step_stops_at_once() {
     assert!(model.requests.borrow().is_empty());
 }
 
-#[tokio::test]
-async fn cancel_while_the_model_answers_drops_the_call_and_keeps_its_reservation() {
-    let model = ScriptedModel::default();
-    model.script(SYS, vec![Reply::Hang]);
-    let sup = supervisor();
-    let mut agent = Agent::new(&model, &sup, LoopConfig::default(), SYS.into());
+/// Runs a turn for "go" and cancels it once a model call is in flight (a [`Reply::Hang`]).
+async fn cancel_once_in_flight(
+    agent: &mut Agent<'_, ScriptedModel, MockSupervisor>,
+    model: &ScriptedModel,
+    sup: &MockSupervisor,
+) -> TurnOutcome {
     let canceller = async {
         while model.in_flight.get() == 0 {
             tokio::task::yield_now().await;
@@ -585,7 +585,16 @@ async fn cancel_while_the_model_answers_drops_the_call_and_keeps_its_reservation
         sup.cancel();
     };
     let (out, ()) = tokio::join!(agent.run_turn("go"), canceller);
-    let out = out.unwrap();
+    out.unwrap()
+}
+
+#[tokio::test]
+async fn cancel_while_the_model_answers_drops_the_call_and_keeps_its_reservation() {
+    let model = ScriptedModel::default();
+    model.script(SYS, vec![Reply::Hang]);
+    let sup = supervisor();
+    let mut agent = Agent::new(&model, &sup, LoopConfig::default(), SYS.into());
+    let out = cancel_once_in_flight(&mut agent, &model, &sup).await;
     assert_eq!(out.reason, StopReason::Cancelled);
     let need = crate::turn::budget::reservation_for(&model.requests.borrow()[0], None);
     assert_eq!(agent.budget().spent(), need);
@@ -1203,14 +1212,8 @@ async fn a_cancelled_explore_child_keeps_its_open_reservation() {
     model.script("q", vec![Reply::Hang]);
     let sup = supervisor();
     let mut agent = Agent::new(&model, &sup, LoopConfig::default(), SYS.into());
-    let canceller = async {
-        while model.in_flight.get() == 0 {
-            tokio::task::yield_now().await;
-        }
-        sup.cancel();
-    };
-    let (out, ()) = tokio::join!(agent.run_turn("go"), canceller);
-    assert_eq!(out.unwrap().reason, StopReason::Cancelled);
+    let out = cancel_once_in_flight(&mut agent, &model, &sup).await;
+    assert_eq!(out.reason, StopReason::Cancelled);
     // The child's open charge is in the journal too: a resumed session counts it.
     let lines = sup.journal_lines();
     let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
