@@ -262,6 +262,88 @@ mod tests {
     }
 
     #[test]
+    fn every_record_reads_back_as_written_from_one_line() {
+        // Text a model or a tool can produce: line breaks of every kind, terminal escapes, a
+        // NUL, quotes, non-ASCII; a tool call whose arguments did not parse (kept as a
+        // string); numbers at their limits; every stop reason.
+        let odd = "a\nb\r\nc\u{2028}d\u{2029}e\u{85}f\u{1b}[2J\0\"q\" \\ é ✓ 🦀";
+        let mut records = vec![
+            Record::Message {
+                message: Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        Block::Text { text: odd.into() },
+                        Block::ToolUse {
+                            id: odd.into(),
+                            name: "read_file".into(),
+                            input: Value::String(format!("{{\"path\": \"{odd}")),
+                        },
+                        Block::ToolUse {
+                            id: "t2".into(),
+                            name: "bash".into(),
+                            input: serde_json::json!({"command": odd, "timeout": u64::MAX, "x": [1.5, -2, null, true]}),
+                        },
+                    ],
+                },
+            },
+            Record::Message {
+                message: Message {
+                    role: Role::User,
+                    content: vec![Block::ToolResult {
+                        tool_use_id: odd.into(),
+                        content: odd.into(),
+                        is_error: true,
+                    }],
+                },
+            },
+            Record::Trim {
+                blocks: vec![[0, 0], [usize::MAX, 7]],
+            },
+            Record::Summary {
+                replaced: 3,
+                message: text(Role::User, odd),
+            },
+            Record::Usage {
+                agent: "compaction".into(),
+                input_tokens: u64::MAX,
+                output_tokens: 0,
+                reported: false,
+                charged: u64::MAX,
+            },
+        ];
+        for reason in [
+            StopReason::Done,
+            StopReason::MaxSteps,
+            StopReason::TokenBudget,
+            StopReason::RepeatedCalls,
+            StopReason::MaxTokens,
+            StopReason::Refusal,
+            StopReason::Cancelled,
+            StopReason::ModelError,
+        ] {
+            records.push(Record::TurnEnd {
+                reason,
+                usage: Usage {
+                    input_tokens: u64::MAX,
+                    output_tokens: 1,
+                },
+                steps: u32::MAX,
+            });
+        }
+        for r in &records {
+            let line = r.to_line();
+            assert!(!line.is_empty());
+            assert!(!line.contains(['\n', '\r']), "a record is one line: {line}");
+            let back: Record = serde_json::from_str(&line).unwrap();
+            assert_eq!(&back, r, "{line}");
+        }
+        // Control: a field a record does not have is refused, not dropped.
+        let extra = r#"{"type":"usage","agent":"main","input_tokens":1,"output_tokens":1,"reported":true,"charged":2,"free":1}"#;
+        assert!(serde_json::from_str::<Record>(extra).is_err());
+        assert!(rebuild(&[extra]).is_err());
+    }
+
+    #[test]
     fn a_malformed_or_impossible_record_is_an_error() {
         let bad = [
             ("not json", "journal line 1: expected ident"),
