@@ -1,16 +1,16 @@
 //! The unprivileged Garuda agent.
 //!
-//! Planned (see `docs/hld.md`): started by the supervisor as `garuda agent` with one end of a
-//! `socketpair`, the agent confines itself (no new privileges, no capabilities, Landlock with
-//! every filesystem right handled and no path rule, seccomp denying `execve` and the other
-//! escape routes) and proves it before it reads any model output. It then talks to the model
-//! through the supervisor's proxy and reaches everything else through the IPC API of
-//! `garuda-ipc` only.
+//! Started by the supervisor as `garuda agent` with one end of a `socketpair`, the agent runs
+//! confined (an empty root, a loopback-only network, no capabilities, Landlock and seccomp:
+//! `docs/agent-confinement.md`) and checks it before it reads any model output. It then talks
+//! to the model through the supervisor's proxy and reaches everything else through the IPC
+//! API of `garuda-ipc` only.
 //!
 //! [`run`] serves the channel: `hello`, `start`, one turn of [`turn::Agent`] per prompt, with
-//! the model reached through [`model::ModelClient`]. The confinement itself is applied by `garuda agent` (the supervisor binary's
-//! hidden subcommand, `supervisor/src/agent/`) before it calls [`run`]. Dependency rule (checked by a test): this crate depends on `garuda-ipc` and
-//! model/HTTP crates only, never on `policy`, `staging`, `audit` or the supervisor.
+//! the model reached through [`model::ModelClient`]. The confinement itself is applied by
+//! `garuda agent` (the supervisor binary's hidden subcommand, `supervisor/src/agent/`) before
+//! it calls [`run`]. Dependency rule (checked by a test): this crate depends on `garuda-ipc`
+//! and model/HTTP crates only, never on `policy`, `staging`, `audit` or the supervisor.
 #![forbid(unsafe_code)]
 
 pub mod model;

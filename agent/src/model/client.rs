@@ -688,6 +688,23 @@ mod tests {
         assert!(!shown.contains("sk-test"), "{shown}");
     }
 
+    #[tokio::test]
+    async fn the_resolver_used_with_a_proxy_refuses_every_name() {
+        use reqwest::dns::Resolve;
+        for name in ["api.anthropic.com", "localhost", "model.invalid"] {
+            let e = match NoLookups.resolve(name.parse().unwrap()).await {
+                Ok(_) => panic!("{name} was resolved"),
+                Err(e) => e.to_string(),
+            };
+            assert_eq!(
+                e,
+                format!("no DNS lookup from the agent (asked for {name}): the proxy resolves")
+            );
+        }
+        // Control: through the proxy a name still works, since the proxy gets it
+        // (`requests_go_through_the_proxy` in tests/model_clients.rs).
+    }
+
     #[test]
     fn retry_after_forms() {
         let mut h = HeaderMap::new();
