@@ -240,9 +240,12 @@ impl Decode for Decoder {
                     if let Some(out) = usage.get("output_tokens").and_then(Value::as_u64) {
                         self.output_tokens = Some(out);
                     }
-                    // Newer servers repeat the input counts here, final.
+                    // Newer servers repeat the input counts here, final (larger after server
+                    // tools). Some compatible servers put a 0 or leave the cache counts out:
+                    // the larger count is kept, so the budget never settles below the input
+                    // `message_start` reported.
                     if let Some(input) = input_of(usage) {
-                        self.input_tokens = Some(input);
+                        self.input_tokens = Some(self.input_tokens.map_or(input, |i| i.max(input)));
                     }
                 }
             }
@@ -388,6 +391,62 @@ mod tests {
                 ],
                 "tools": [{"name": "read_file", "description": "read", "input_schema": {"type": "object"}}],
             })
+        );
+    }
+
+    /// The usage a stream of these `(event, data)` pairs reports.
+    fn usage_of(events: &[(&str, Value)]) -> Option<TokenUsage> {
+        let mut d = Decoder::default();
+        for (event, data) in events {
+            let e = SseEvent {
+                event: (*event).into(),
+                data: data.to_string(),
+            };
+            d.event(&e, &mut |_| {}).unwrap();
+        }
+        d.finish(true).unwrap().usage
+    }
+
+    #[test]
+    fn a_smaller_input_count_in_message_delta_does_not_lower_the_usage() {
+        let stream = |delta_usage: Value| {
+            vec![
+                (
+                    "message_start",
+                    json!({"type": "message_start", "message": {"usage": {
+                        "input_tokens": 1_000, "cache_read_input_tokens": 500, "output_tokens": 1}}}),
+                ),
+                (
+                    "message_delta",
+                    json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": delta_usage}),
+                ),
+                ("message_stop", json!({"type": "message_stop"})),
+            ]
+        };
+        let usage = |input_tokens, output_tokens| {
+            Some(TokenUsage {
+                input_tokens,
+                output_tokens,
+            })
+        };
+        // A compatible server's 0, or the count without the cache reads: the start's 1,500.
+        for delta in [
+            json!({"input_tokens": 0, "output_tokens": 20}),
+            json!({"input_tokens": 1_000, "output_tokens": 20}),
+        ] {
+            assert_eq!(usage_of(&stream(delta)), usage(1_500, 20));
+        }
+        // Control: a larger final count (server tools) is the one kept, and a delta with only
+        // the output count keeps the start's input.
+        assert_eq!(
+            usage_of(&stream(
+                json!({"input_tokens": 3_000, "cache_read_input_tokens": 500, "output_tokens": 20})
+            )),
+            usage(3_500, 20)
+        );
+        assert_eq!(
+            usage_of(&stream(json!({"output_tokens": 20}))),
+            usage(1_500, 20)
         );
     }
 
