@@ -18,6 +18,8 @@
 //!   the proxy the same client fails to resolve it.
 //! - environment proxies: a default `reqwest` client in the same environment does go to the
 //!   decoy proxy; ours does not.
+//! - a `307` to another server: a default `reqwest` client follows it with the key; ours
+//!   does not.
 //! - a meter that accepts every attempt lets the retry through; one that refuses the second
 //!   ends the request with its own error.
 //! - a cancelled request leaves the server with a client gone; the same request not
@@ -851,6 +853,61 @@ async fn https_goes_through_connect(d: Dialect) {
     // Control (a proxy that is not an IP address) is a config error: `client.rs`'s tests.
 }
 both!(https_goes_through_connect);
+
+/// A server that answers one request with `307` to `location`, on a thread; returns its
+/// base URL.
+fn redirector(location: String) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        // The request's head (the body is small and unread: the connection closes).
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap() == 1 {
+            head.push(byte[0]);
+        }
+        write!(
+            s,
+            "HTTP/1.1 307 Temporary Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+    });
+    url
+}
+
+async fn a_redirect_is_not_followed(d: Dialect) {
+    // A redirect to another host would take the key there (reqwest keeps `x-api-key` across
+    // hosts): the client does not follow it.
+    let elsewhere = start(d, vec![Scripted::text("followed")]);
+    let path = match d {
+        Dialect::Anthropic => "/v1/messages",
+        Dialect::Openai => "/v1/chat/completions",
+    };
+    let target = format!("{}{path}", elsewhere.url());
+    let run = ask(&ModelClient::new(&endpoint(d, &redirector(target.clone()), "")).unwrap()).await;
+    match run.err() {
+        ModelError::Status { status, .. } => assert_eq!(*status, 307),
+        other => panic!("{other:?}"),
+    }
+    assert_no_key(run.err());
+    assert!(elsewhere.requests().is_empty(), "the redirect was followed");
+
+    // Control: a default client with the same key header follows it, key and all.
+    let got = reqwest::Client::new()
+        .post(redirector(target))
+        .header("x-api-key", KEY)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 200);
+    let requests = elsewhere.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].header("x-api-key"), Some(KEY));
+}
+both!(a_redirect_is_not_followed);
 
 /// Environment variables that would send a default HTTP client elsewhere.
 const PROXY_VARS: [&str; 6] = [
