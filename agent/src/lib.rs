@@ -38,6 +38,11 @@ pub enum RunError {
     /// `start` carried a journal that does not rebuild.
     #[error("the session's journal cannot be resumed: {0}")]
     Journal(#[from] turn::journal::JournalError),
+    /// `start` named no proxy for the model.
+    #[error(
+        "the supervisor's start names no model proxy: the agent reaches the model only through it"
+    )]
+    NoProxy,
 }
 
 /// Serve the channel to the supervisor, once `garuda agent` has confined and checked itself:
@@ -62,6 +67,12 @@ async fn serve(channel: UnixStream) -> Result<(), RunError> {
         Control::Shutdown => return Ok(()),
         other => return Err(RunError::NoStart(format!("{other:?}"))),
     };
+    // The agent reaches the model only through the supervisor's proxy. `ModelClient` alone
+    // takes an empty proxy as a direct connection (tests, runs without the supervisor): a
+    // session's start without one is refused, not tried directly.
+    if start.model.proxy.trim().is_empty() {
+        return Err(RunError::NoProxy);
+    }
     let client = model::ModelClient::new(&start.model)?;
     let config = LoopConfig::from_start(&start);
     let lines: Vec<&str> = start.resume.iter().map(String::as_str).collect();

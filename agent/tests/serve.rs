@@ -7,7 +7,7 @@
 //! - a cancel right behind a prompt cancels that turn (no model call); the cancel before the
 //!   first prompt (between turns) does not, and that turn calls the model.
 //! - a `start` with a good endpoint runs; the same with a bad base URL ends `run` with a
-//!   config error that does not carry the key.
+//!   config error that does not carry the key, and the same without a proxy is refused.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
 
@@ -23,14 +23,19 @@ use garuda_modelserver::{Dialect, ModelServer, Scripted};
 
 const KEY: &str = "sk-garuda-TEST-KEY-serve-0123456789";
 
-fn start_frame(base_url: &str) -> SupervisorFrame {
+/// The model's base URL: a name only the proxy can resolve.
+const MODEL: &str = "http://model.invalid";
+
+/// A start whose model is `base_url`, reached through the proxy at `proxy` (the scripted
+/// server serves requests in absolute form, as a proxy gets them).
+fn start_frame(base_url: &str, proxy: &str) -> SupervisorFrame {
     SupervisorFrame::Start(Start {
         model: ModelEndpoint {
             api: ModelApi::AnthropicMessages,
             base_url: base_url.into(),
             model: "test-model".into(),
             api_key: KEY.into(),
-            proxy: String::new(),
+            proxy: proxy.into(),
         },
         limits: Limits {
             max_steps: 10,
@@ -101,7 +106,7 @@ fn a_cancel_right_behind_a_prompt_cancels_that_turn() {
     .unwrap();
     let (handle, mut sup) = agent();
     expect_hello(&mut sup);
-    write_frame(&mut sup, &start_frame(&server.url())).unwrap();
+    write_frame(&mut sup, &start_frame(MODEL, &server.proxy())).unwrap();
 
     // Control: a cancel between turns (before the prompt) is not the next turn's.
     write_frame(&mut sup, &SupervisorFrame::Cancel).unwrap();
@@ -109,6 +114,7 @@ fn a_cancel_right_behind_a_prompt_cancels_that_turn() {
     write_frame(&mut sup, &prompt("first")).unwrap();
     assert_eq!(until_turn_end(&mut sup), StopReason::Done);
     assert_eq!(server.requests().len(), 1);
+    assert_eq!(server.requests()[0].target, "http://model.invalid/v1/messages");
 
     // Ctrl-C as the turn starts: the cancel is written right behind the prompt, so the
     // agent's reader has both before its loop takes the prompt. The turn is cancelled
@@ -147,7 +153,7 @@ fn shutdown_or_a_closed_channel_ends_the_session() {
     let server = ModelServer::start(Dialect::Anthropic, vec![]).unwrap();
     let (handle, mut sup) = agent();
     expect_hello(&mut sup);
-    write_frame(&mut sup, &start_frame(&server.url())).unwrap();
+    write_frame(&mut sup, &start_frame(MODEL, &server.proxy())).unwrap();
     drop(sup);
     handle.join().unwrap().unwrap();
     assert!(server.requests().is_empty());
@@ -157,7 +163,7 @@ fn shutdown_or_a_closed_channel_ends_the_session() {
 fn a_start_with_a_bad_endpoint_ends_run_without_the_key() {
     let (handle, mut sup) = agent();
     expect_hello(&mut sup);
-    write_frame(&mut sup, &start_frame("ftp://model.invalid")).unwrap();
+    write_frame(&mut sup, &start_frame("ftp://model.invalid", "127.0.0.1:9")).unwrap();
     let e = handle.join().unwrap().unwrap_err();
     assert!(matches!(e, RunError::Model(_)), "{e:?}");
     let shown = format!("{e} / {e:?}");
@@ -167,4 +173,17 @@ fn a_start_with_a_bad_endpoint_ends_run_without_the_key() {
         "the key is in an error: {shown}"
     );
     // Control: the same start with a good base URL runs (the test above).
+}
+
+#[test]
+fn a_start_without_a_proxy_is_refused_not_tried_directly() {
+    // The model server would answer a direct request (the base URL is its own).
+    let server = ModelServer::start(Dialect::Anthropic, vec![Scripted::text("direct")]).unwrap();
+    let (handle, mut sup) = agent();
+    expect_hello(&mut sup);
+    write_frame(&mut sup, &start_frame(&server.url(), "  ")).unwrap();
+    let e = handle.join().unwrap().unwrap_err();
+    assert!(matches!(e, RunError::NoProxy), "{e:?}");
+    assert!(server.requests().is_empty());
+    // Control: the same session with the proxy runs (`a_cancel_right_behind_a_prompt…`).
 }
