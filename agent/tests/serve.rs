@@ -114,7 +114,10 @@ fn a_cancel_right_behind_a_prompt_cancels_that_turn() {
     write_frame(&mut sup, &prompt("first")).unwrap();
     assert_eq!(until_turn_end(&mut sup), StopReason::Done);
     assert_eq!(server.requests().len(), 1);
-    assert_eq!(server.requests()[0].target, "http://model.invalid/v1/messages");
+    assert_eq!(
+        server.requests()[0].target,
+        "http://model.invalid/v1/messages"
+    );
 
     // Ctrl-C as the turn starts: the cancel is written right behind the prompt, so the
     // agent's reader has both before its loop takes the prompt. The turn is cancelled
