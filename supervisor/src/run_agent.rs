@@ -426,58 +426,94 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
 
 /// Loads what `--replay` names and sets `args` as the recorded session ran (project of an
 /// example, staged settings).
+///
+/// A recording is data from elsewhere (a file anyone may have written, an example folder in a
+/// cloned repository), and what it loosens is taken only where it cannot reach past the
+/// replay's own copy or the user's own record: `staged_changes: apply` and the file rules it
+/// allowed (`Read`, `Write`, `Edit`) are taken for an example (replayed on a fresh copy of its
+/// project) and for a session of this project (the supervisor's own record); a journal FILE's
+/// are not (it runs on the current project). A command rule is never taken from a recording:
+/// in `-p` every sandboxed command runs without one, so its only effect would be to run a
+/// recorded `outside_sandbox` command on the host without asking. What is not taken is printed
+/// with the flag that gives it.
 fn prepare_replay(
     arg: &str,
     host: &HostEnv,
     args: &mut RunArgs,
 ) -> Result<(crate::replay::Recorded, Option<PathBuf>)> {
     use crate::replay::Source;
-    let (lines, copy) = match Source::parse(arg) {
-        Source::Example(dir) => {
-            let file = dir.join("session.jsonl");
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            let copy = crate::replay::fresh_copy(&dir)?;
-            args.project = Some(copy.clone());
-            (
-                text.lines().map(str::to_string).collect::<Vec<_>>(),
-                Some(copy),
-            )
-        }
-        Source::File(file) => {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            (text.lines().map(str::to_string).collect(), None)
-        }
+    let source = Source::parse(arg);
+    let read_lines = |file: &Path| -> Result<Vec<String>> {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading {}", garuda_text::visible_path(file)))?;
+        Ok(text.lines().map(str::to_string).collect())
+    };
+    let lines = match &source {
+        Source::Example(dir) => read_lines(&dir.join("session.jsonl"))?,
+        Source::File(file) => read_lines(file)?,
         Source::Session(id) => {
             let cwd = std::env::current_dir().context("reading the current folder")?;
             let project = crate::project::resolve_project(args.project.clone(), &cwd)?;
             let store = SessionStore::new(&host.garuda_home, &project).map_err(|e| anyhow!(e))?;
-            (store.read(&id).map_err(|e| anyhow!(e))?, None)
+            store.read(id).map_err(|e| anyhow!(e))?
         }
     };
+    // Parsed before the example is copied: a recording that does not play leaves no folder.
     let recorded = crate::replay::parse(&lines)?;
+    let copy = match &source {
+        Source::Example(dir) => {
+            let copy = crate::replay::fresh_copy(dir)?;
+            args.project = Some(copy.clone());
+            Some(copy)
+        }
+        _ => None,
+    };
+    let trusted = !matches!(source, Source::File(_));
     if let Some(settings) = &recorded.settings {
         if settings.get("staged").and_then(Value::as_bool) == Some(true) {
             args.staged = true;
         }
         if settings.get("staged_changes").and_then(Value::as_str) == Some("apply") {
-            args.staged_unattended = StagedUnattended::Apply;
+            if trusted {
+                args.staged_unattended = StagedUnattended::Apply;
+            } else {
+                eprintln!(
+                    "garuda: the recording applied its staged changes; the replay of a journal file does not (--staged-changes apply does)"
+                );
+            }
         }
-        // The rules the recorded session was given: shown, since running the replay gives
-        // them again (the calls they allow are the recorded ones, and commands still run in
-        // the sandbox).
         if let Some(rules) = settings.get("allow").and_then(Value::as_array) {
             for rule in rules.iter().filter_map(Value::as_str) {
-                eprintln!(
-                    "garuda: the recording allowed {}; the replay does too",
-                    garuda_text::visible(rule)
-                );
-                args.allow.push(rule.to_string());
+                let shown = garuda_text::visible(rule);
+                if !is_file_rule(rule) {
+                    eprintln!(
+                        "garuda: the recording allowed {shown}; the replay does not: a recording gives file rules only, never one that runs a command outside the sandbox (--allow gives it)"
+                    );
+                } else if !trusted {
+                    eprintln!(
+                        "garuda: the recording allowed {shown}; the replay of a journal file does not (--allow gives it)"
+                    );
+                } else {
+                    // Shown, since running the replay gives it again.
+                    eprintln!("garuda: the recording allowed {shown}; the replay does too");
+                    args.allow.push(rule.to_string());
+                }
             }
         }
     }
     Ok((recorded, copy))
+}
+
+/// Whether `rule` is a rule of the file tools only (`Read`, `Write`, `Edit`, with or without
+/// a pattern); a rule that does not parse is not.
+fn is_file_rule(rule: &str) -> bool {
+    use garuda_policy::rule::{Tool, ToolMatcher};
+    rule.parse::<garuda_policy::rule::Rule>().is_ok_and(|r| {
+        matches!(
+            r.tool(),
+            ToolMatcher::Builtin(Tool::ReadFile | Tool::WriteFile | Tool::EditFile)
+        )
+    })
 }
 
 struct SessionParts<'a> {
