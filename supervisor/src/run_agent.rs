@@ -634,23 +634,21 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
 
     let engine = Engine::new(settings, host, project);
     let mut approver = Unattended;
-    let mut env = host.vars.clone();
-    // The provider's key and base URL stay in this process: the child `garuda sandbox` (and so
-    // every command) never sees them.
-    env.retain(|(k, _)| {
-        !k.to_str()
-            .is_some_and(|k| garuda_policy::PROVIDER_ENV_DENY.contains(&k))
-    });
-    if let Ok(catalog) = crate::models::Catalog::load(&host.garuda_home) {
-        catalog.strip_provider_env(&mut env);
-    }
+    // The provider's key and base URL stay in this process: neither the child `garuda
+    // sandbox` nor a command run in this process (whose environment is built from
+    // `command_host`) ever sees them, whichever provider, built in or from `models.json`
+    // (`PROVIDER_ENV_DENY` and every variable the catalog names). The catalog loaded for the
+    // model (a replay chose none): a file that does not load is refused, not skipped.
+    let catalog = crate::models::Catalog::load(&host.garuda_home).map_err(|e| anyhow!(e))?;
+    let mut command_host = host.clone();
+    catalog.strip_provider_env(&mut command_host.vars);
     let runner = CommandRunner {
         exe: std::env::current_exe().context("finding garuda's own executable")?,
         project: project.to_path_buf(),
-        env,
+        env: command_host.vars.clone(),
         staged: settings.command_mode == garuda_policy::CommandMode::Staged,
         staged_apply: args.staged_unattended == StagedUnattended::Apply,
-        in_process: in_process(settings, host)?,
+        in_process: in_process(settings, &command_host)?,
     };
     let mut tools = SessionTools::new(
         FileTools::open(project).map_err(|e| anyhow!(e))?,
@@ -742,12 +740,22 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
 }
 
 /// The session's in-process command runner: the executor the sandbox would select, chosen
-/// once (`None` when that is the host executor: those commands keep their own process and its
-/// notices).
+/// once (`None` when that is the host executor, or when `garuda sandbox` would refuse the
+/// project's executor: those commands keep their own process, its notices and its refusals).
+/// `host`'s variables are the ones a command may inherit from (the provider's stripped).
 fn in_process(
     settings: &EffectiveSettings,
     host: &HostEnv,
 ) -> Result<Option<Arc<crate::broker::host::InProcess>>> {
+    // A project file that asks for a weaker executor than this machine has is refused by
+    // `garuda sandbox`: every command goes to it, and is refused there, as without `-p`.
+    if let Err(e) = crate::cli::check_project_executor(settings, &host.garuda_home) {
+        eprintln!(
+            "garuda: {}: the session's commands are refused",
+            garuda_text::visible(&format!("{e:#}"))
+        );
+        return Ok(None);
+    }
     let selection =
         crate::executor::select::select_executor_cached(settings.executor, Some(&host.garuda_home))
             .map_err(|e| anyhow!("no executor for the agent's commands: {e}"))?;

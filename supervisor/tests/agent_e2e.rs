@@ -29,6 +29,13 @@
 //!   supervisor as one (each audit line says `batch: 3` and when its work began and ended,
 //!   printed) and come back in call order.
 //!
+//! - a provider added in `models.json` (its key and base URL in variables of its own, both
+//!   named in `env.allow`): neither reaches the command the model runs, on `landlock` and
+//!   `bubblewrap`. Control: the marker named the same way does, and the server got the key.
+//! - a project file naming a weaker executor than this machine's strongest (`bubblewrap` where
+//!   Landlock runs): `garuda sandbox` refuses it (the control), and so is the model's command
+//!   in `-p`; the same file naming `landlock` runs it (the other control).
+//!
 //! No timing is asserted: the only waits are the delays the script asks of the server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
@@ -465,6 +472,8 @@ both!(
     resume_continues_with_the_same_messages,
     the_key_reaches_no_environment_journal_audit_or_output,
     three_reads_come_back_in_call_order,
+    a_models_json_providers_variables_reach_no_command,
+    a_project_file_cannot_weaken_the_sandbox_of_the_agents_commands,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1256,5 +1265,140 @@ fn three_reads_come_back_in_call_order(d: Dialect) {
             "timing: {} id {} ran {began}..{ended} µs",
             l["event"]["target"], l["event"]["id"]
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. A provider of models.json: its variables reach no command
+
+fn a_models_json_providers_variables_reach_no_command(d: Dialect) {
+    for executor in EXECUTORS {
+        models_json_variables_on(d, executor);
+    }
+}
+
+fn models_json_variables_on(d: Dialect, executor: &str) {
+    let key = format!("gw-canary-{}", random_hex());
+    let marker = format!("marker-{}", random_hex());
+    let e = E2e::with_key(
+        "garuda-agent-e2e",
+        d,
+        vec![
+            Scripted::reply(vec![call(
+                "t1",
+                "bash",
+                json!({"command": "cat /proc/self/environ | tr '\\0' '\\n'"}),
+            )]),
+            Scripted::text("Checked."),
+        ],
+        &key,
+    );
+    let (api, url) = match d {
+        Dialect::Anthropic => ("anthropic_messages", e.server.url()),
+        Dialect::Openai => ("openai_chat", format!("{}/v1", e.server.url())),
+    };
+    std::fs::write(
+        e.garuda_home().join("models.json"),
+        json!({"providers": {"gateway": {
+            "api": api,
+            "base_url": "http://127.0.0.1:9/unused",
+            "base_url_env": "E2E_GATEWAY_URL",
+            "key_env": "E2E_GATEWAY_KEY",
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    // Named in `env.allow`, as a user might to pass them on: they still must not pass.
+    e.policy(json!({"executor": executor,
+                    "env": {"allow": ["E2E_GATEWAY_URL", "E2E_GATEWAY_KEY", "E2E_MARKER"]}}));
+    // `-m` first: the harness adds the built-in providers' variables only after `-p`.
+    let out = e
+        .command(&[
+            "-m",
+            "gateway/scripted-model",
+            "-p",
+            "show me your environment",
+        ])
+        .env("E2E_GATEWAY_URL", &url)
+        .env("E2E_GATEWAY_KEY", &key)
+        .env("E2E_MARKER", &marker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{executor}: {}",
+        text(&out.stderr)
+    );
+    let convs = e.conversations();
+    assert_eq!(convs.len(), 2, "{executor}");
+    let env_out = &last_results(&convs[1])[0].1;
+    assert!(env_out.contains("[exit code 0]"), "{executor}: {env_out}");
+    // Control: the command printed its environment, the marker allowed the same way included.
+    assert!(
+        env_out.contains(&format!("E2E_MARKER={marker}\n")),
+        "{executor}: {env_out}"
+    );
+    for gone in ["E2E_GATEWAY_URL", "E2E_GATEWAY_KEY"] {
+        assert!(!env_out.contains(gone), "{executor}: {gone} in {env_out}");
+    }
+    assert!(!env_out.contains(&key), "{executor}: {env_out}");
+    // Control: the provider was the one used, with its key.
+    let first = &e.model_requests()[0];
+    match d {
+        Dialect::Anthropic => assert_eq!(first.header("x-api-key"), Some(key.as_str())),
+        Dialect::Openai => assert_eq!(
+            first.header("authorization"),
+            Some(format!("Bearer {key}").as_str())
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. A project file cannot weaken the sandbox of the model's commands
+
+fn a_project_file_cannot_weaken_the_sandbox_of_the_agents_commands(d: Dialect) {
+    for (named, runs) in [("bubblewrap", false), ("landlock", true)] {
+        let e = E2e::new(
+            "garuda-agent-e2e",
+            d,
+            vec![
+                Scripted::reply(vec![call(
+                    "t1",
+                    "bash",
+                    json!({"command": "echo $((6 * 7))"}),
+                )]),
+                Scripted::text("Done."),
+            ],
+        );
+        std::fs::create_dir_all(e.w.project.join(".garuda")).unwrap();
+        std::fs::write(
+            e.w.project.join(".garuda/settings.json"),
+            json!({"executor": named}).to_string(),
+        )
+        .unwrap();
+        let weaker = format!("asks for executor {named}, weaker than");
+        // Control: what `garuda sandbox` does with this project file.
+        let sandbox = e.run(&["sandbox", "--", "true"]);
+        let sandbox_err = text(&sandbox.stderr);
+        if runs {
+            assert_eq!(sandbox.status.code(), Some(0), "{named}: {sandbox_err}");
+        } else {
+            assert_eq!(sandbox.status.code(), Some(125), "{named}: {sandbox_err}");
+            assert!(sandbox_err.contains(&weaker), "{named}: {sandbox_err}");
+        }
+        let out = e.run(&["-p", "compute"]);
+        assert_eq!(out.status.code(), Some(0), "{named}: {}", text(&out.stderr));
+        let convs = e.conversations();
+        assert_eq!(convs.len(), 2, "{named}");
+        let result = &last_results(&convs[1])[0].1;
+        if runs {
+            assert!(result.starts_with("42\n"), "{named}: {result}");
+            assert!(result.contains("[exit code 0]"), "{named}: {result}");
+        } else {
+            assert!(!result.contains("42"), "{named}: {result}");
+            assert!(result.contains(&weaker), "{named}: {result}");
+            assert!(result.contains("[exit code 125]"), "{named}: {result}");
+        }
     }
 }
