@@ -355,10 +355,16 @@ impl Resolved {
         }
     }
 
-    /// The host and port the base URL names (the proxy's allowlist entry).
+    /// The host and port the base URL names (an IPv6 address in brackets, as `url` writes it).
     pub fn host_port(&self) -> Option<(String, u16)> {
         let url = url::Url::parse(&self.base_url).ok()?;
         Some((url.host_str()?.to_owned(), url.port_or_known_default()?))
+    }
+
+    /// The proxy's allowlist entry for the base URL: `host:port`, `[v6]:port`.
+    pub fn allowlist_entry(&self) -> Option<String> {
+        self.host_port()
+            .map(|(host, port)| format!("{host}:{port}"))
     }
 }
 
@@ -1640,6 +1646,59 @@ mod tests {
             "OPENAI_BASE_URL: a base URL must not hold a user or password: put the key in the \
              credentials file"
         );
+    }
+
+    /// The proxy's entry is exactly the base URL's host and port, in every host form, and the
+    /// allowlist built from it lets that target through and no other port.
+    #[test]
+    fn the_proxy_entry_is_the_base_urls_host_and_port() {
+        use garuda_policy::network::{Allowlist, TargetHost};
+        for (url, entry, host, port) in [
+            (
+                "https://api.anthropic.com",
+                "api.anthropic.com:443",
+                "api.anthropic.com",
+                443,
+            ),
+            (
+                "https://API.Example.com:8443/v1",
+                "api.example.com:8443",
+                "api.example.com",
+                8443,
+            ),
+            (
+                "http://127.0.0.1:11434/v1",
+                "127.0.0.1:11434",
+                "127.0.0.1",
+                11434,
+            ),
+            ("http://[::1]:8080/v1", "[::1]:8080", "[::1]", 8080),
+            (
+                "https://[2001:db8::1]/v1",
+                "[2001:db8::1]:443",
+                "[2001:db8::1]",
+                443,
+            ),
+        ] {
+            let r = Resolved {
+                provider: "p".into(),
+                model: "m".into(),
+                api: ModelApi::OpenaiChat,
+                base_url: check_base_url(url).unwrap(),
+                base_url_from: None,
+                limits: NEW_PROVIDER_LIMITS,
+                key: None,
+                key_source: KeySource::None,
+            };
+            assert_eq!(r.allowlist_entry().as_deref(), Some(entry), "{url}");
+            let list = Allowlist::parse([entry]).unwrap_or_else(|e| panic!("{entry}: {e}"));
+            let target = TargetHost::parse(host).unwrap();
+            assert!(list.check(&target, port).is_ok(), "{url}");
+            // Control: another port of the same host is refused.
+            assert!(list.check(&target, port.wrapping_add(1)).is_err(), "{url}");
+        }
+        // Control: the entry the host would make in brackets a second time does not parse.
+        assert!(Allowlist::parse(["[[::1]]:8080"]).is_err());
     }
 
     #[test]

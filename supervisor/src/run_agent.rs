@@ -336,7 +336,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
                 .map_err(|e| anyhow!(e))?
         }
     };
-    let Some((model_host, model_port)) = resolved.host_port() else {
+    let Some(model_entry) = resolved.allowlist_entry() else {
         bail!(
             "the model's base URL names no host: {}",
             resolved.reference()
@@ -390,8 +390,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
         project: &project,
         settings: &settings,
         resolved: &resolved,
-        model_host: &model_host,
-        model_port,
+        model_entry: &model_entry,
         session_id: &session_id,
         journal,
         history,
@@ -523,8 +522,8 @@ struct SessionParts<'a> {
     project: &'a Path,
     settings: &'a EffectiveSettings,
     resolved: &'a crate::models::Resolved,
-    model_host: &'a str,
-    model_port: u16,
+    /// The proxy's allowlist entry: the model's `host:port`.
+    model_entry: &'a str,
     session_id: &'a str,
     journal: std::fs::File,
     history: Vec<String>,
@@ -539,8 +538,7 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
         project,
         settings,
         resolved,
-        model_host,
-        model_port,
+        model_entry,
         session_id,
         journal,
         history,
@@ -555,13 +553,12 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
         }),
     )?;
     // The proxy: exactly the model's host and port.
-    let entry = if model_host.contains(':') {
-        format!("[{model_host}]:{model_port}")
-    } else {
-        format!("{model_host}:{model_port}")
-    };
-    let allowlist = garuda_policy::network::Allowlist::parse([entry.as_str()])
-        .map_err(|e| anyhow!("the model's host {entry}: {e}"))?;
+    let allowlist = garuda_policy::network::Allowlist::parse([model_entry]).map_err(|e| {
+        anyhow!(
+            "the model's host {}: {e}",
+            garuda_text::visible(model_entry)
+        )
+    })?;
     let proxy = crate::proxy::Proxy::new(crate::proxy::ProxyConfig {
         allowlist,
         resolver: crate::proxy::Resolver::System,
