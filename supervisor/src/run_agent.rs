@@ -410,7 +410,10 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
     let replayed = crate::replay::parse(&lines)?;
     let differences = crate::replay::compare(&recorded, &replayed);
     if let Some(copy) = copy {
-        eprintln!("garuda: the replay ran in {}", copy.display());
+        eprintln!(
+            "garuda: the replay ran in {}",
+            garuda_text::visible_path(&copy)
+        );
     }
     if differences.is_empty() {
         println!("matches");
