@@ -591,14 +591,9 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
             return Err(anyhow!(e));
         }
     };
-    let stderr_thread = agent.take_stderr().map(|err| {
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(err).lines().take(200) {
-                let Ok(line) = line else { break };
-                eprintln!("garuda agent: {}", garuda_text::visible(&line));
-            }
-        })
-    });
+    let stderr_thread = agent
+        .take_stderr()
+        .map(|err| std::thread::spawn(move || show_agent_stderr(err, &mut std::io::stderr())));
     let channel = agent
         .take_channel()
         .ok_or_else(|| anyhow!("the agent's channel is missing"))?;
@@ -739,6 +734,44 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
     Ok(exit_code(reason))
 }
 
+/// Most lines of the agent's stderr shown.
+const AGENT_STDERR_LINES: usize = 200;
+/// Most bytes of one line of the agent's stderr held and shown (a longer one is shown in
+/// pieces of this size).
+const AGENT_STDERR_LINE_BYTES: u64 = 4096;
+
+/// Shows the agent's stderr, each line escaped for the terminal (the agent is not trusted:
+/// its text may hold escapes, or not be UTF-8, shown lossily). Read to the end, whatever comes:
+/// past [`AGENT_STDERR_LINES`] lines are read and counted, not shown, so the agent never
+/// blocks on a full pipe or fails on a closed one; no more than one piece of a line is held.
+fn show_agent_stderr(err: impl std::io::Read, out: &mut impl Write) {
+    let mut reader = std::io::BufReader::new(err);
+    let mut piece = Vec::new();
+    let mut shown = 0;
+    let mut dropped = 0u64;
+    loop {
+        piece.clear();
+        match std::io::Read::take(&mut reader, AGENT_STDERR_LINE_BYTES)
+            .read_until(b'\n', &mut piece)
+        {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if shown < AGENT_STDERR_LINES {
+            let text = String::from_utf8_lossy(&piece);
+            let text = text.strip_suffix('\n').unwrap_or(&text);
+            // Shown only: a failed write to the terminal changes nothing.
+            let _ = writeln!(out, "garuda agent: {}", garuda_text::visible(text));
+            shown += 1;
+        } else {
+            dropped += 1;
+        }
+    }
+    if dropped > 0 {
+        let _ = writeln!(out, "garuda agent: ({dropped} more lines not shown)");
+    }
+}
+
 /// The session's in-process command runner: the executor the sandbox would select, chosen
 /// once (`None` when that is the host executor, or when `garuda sandbox` would refuse the
 /// project's executor: those commands keep their own process, its notices and its refusals).
@@ -871,5 +904,46 @@ impl Printer {
             }
             OutputFormat::Json | OutputFormat::StreamJson => self.line(&result),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// The agent's stderr is shown escaped, lossily when it is not UTF-8, a long line in
+    /// pieces, at most 200 lines, and read to its end. Control: `BufRead::lines` on the same
+    /// bytes stops at the line that is not UTF-8, and would hold the long line whole.
+    #[test]
+    fn the_agents_stderr_is_escaped_bounded_and_drained() {
+        let mut input = b"ok\n\x1b[2Jclear\n\xff\xfe bytes\n".to_vec();
+        input.extend(vec![b'x'; 10_000]);
+        input.push(b'\n');
+        for i in 0..300 {
+            input.extend(format!("line {i}\n").into_bytes());
+        }
+        let mut reader = std::io::Cursor::new(input.clone());
+        let mut out = Vec::new();
+        show_agent_stderr(&mut reader, &mut out);
+        assert_eq!(reader.position(), input.len() as u64, "read to the end");
+        let out = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "garuda agent: ok");
+        assert_eq!(lines[1], "garuda agent: \\e[2Jclear");
+        assert_eq!(lines[2], "garuda agent: \u{fffd}\u{fffd} bytes");
+        // 10,000 bytes: pieces of 4,096, 4,096 and 1,808.
+        assert_eq!(lines[3].len(), "garuda agent: ".len() + 4096);
+        assert_eq!(lines[5].len(), "garuda agent: ".len() + 1808);
+        assert_eq!(lines.len(), AGENT_STDERR_LINES + 1);
+        assert_eq!(lines[AGENT_STDERR_LINES - 1], "garuda agent: line 193");
+        assert_eq!(
+            lines[AGENT_STDERR_LINES],
+            "garuda agent: (106 more lines not shown)"
+        );
+        assert!(!out.contains('\u{1b}'));
+        // Control: the line reader stops at the bytes that are not UTF-8.
+        let read: Vec<_> = std::io::BufReader::new(&input[..]).lines().collect();
+        assert!(read[2].is_err(), "{:?}", read[2]);
     }
 }
