@@ -50,18 +50,14 @@ use common::{garuda, text, World, PROXY_VARS};
 use garuda_modelserver::{Dialect, ModelServer, Part, Recorded, Scripted, Stop};
 use serde_json::{json, Value};
 
-/// Variables of the test's own environment that would change which model garuda talks to.
-const MODEL_VARS: [&str; 9] = [
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "ANTHROPIC_BASE_URL",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "OPENAI_API_BASE",
-    "OPENROUTER_API_KEY",
-    "OPENROUTER_BASE_URL",
-    "GARUDA_MODEL",
-];
+/// Variables of the test's own environment that would change which model garuda talks to:
+/// the providers' own (the list no command gets) and `GARUDA_MODEL`.
+fn model_vars() -> impl Iterator<Item = &'static str> {
+    garuda_policy::PROVIDER_ENV_DENY
+        .iter()
+        .copied()
+        .chain([garuda_supervisor::models::MODEL_VAR])
+}
 
 /// A fresh value, different in each test, so that a hit is this run's and no other.
 fn random_hex() -> String {
@@ -148,7 +144,7 @@ impl E2e {
             .env("HOME", &self.w.home)
             .env_remove("GARUDA_HOME")
             .stdin(Stdio::null());
-        for v in PROXY_VARS.iter().chain(MODEL_VARS.iter()) {
+        for v in PROXY_VARS.iter().copied().chain(model_vars()) {
             c.env_remove(v);
         }
         if args.first() == Some(&"-p") {

@@ -252,18 +252,6 @@ impl MockSupervisor {
     }
 }
 
-fn tool_name(r: &Request) -> &'static str {
-    match r {
-        Request::ReadFile { .. } => "read_file",
-        Request::WriteFile { .. } => "write_file",
-        Request::EditFile { .. } => "edit_file",
-        Request::Glob { .. } => "glob",
-        Request::Grep { .. } => "grep",
-        Request::RunCommand { .. } => "run_command",
-        Request::JournalAppend { .. } => "journal_append",
-    }
-}
-
 impl Supervisor for MockSupervisor {
     fn send(&self, id: u64, request: Request) -> Result<(), LinkError> {
         if let Request::JournalAppend { record } = &request {
@@ -273,7 +261,7 @@ impl Supervisor for MockSupervisor {
         }
         self.events
             .borrow_mut()
-            .push(Event::Sent(id, tool_name(&request).into()));
+            .push(Event::Sent(id, request.tool().into()));
         let answer = (self.handler)(&request);
         self.requests.borrow_mut().push((id, request));
         self.held.borrow_mut().push((id, answer));

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use super::files::FileTools;
 use super::judge::error;
-use super::server::{tool_name, ToolHost};
+use super::server::ToolHost;
 
 /// Most bytes of a command's output handed back to the model.
 pub const MAX_COMMAND_OUTPUT: usize = 256 * 1024;
@@ -422,7 +422,7 @@ fn decision_event(request: &Request, decision: Option<&Decision>, asked: Option<
         Request::RunCommand { command, .. } => garuda_text::visible(command).into_owned(),
         Request::JournalAppend { .. } => String::new(),
     };
-    let mut event = json!({ "tool": tool_name(request), "target": target });
+    let mut event = json!({ "tool": request.tool(), "target": target });
     if let (Some(d), Some(map)) = (decision, event.as_object_mut()) {
         map.insert("verdict".into(), json!(d.verdict));
         map.insert("step".into(), json!(d.step.to_string()));
