@@ -240,6 +240,18 @@ impl E2e {
             .collect()
     }
 
+    /// The first model request carried `key` in the dialect's key header.
+    fn assert_key_header(&self, key: &str) {
+        let first = &self.model_requests()[0];
+        match self.dialect {
+            Dialect::Anthropic => assert_eq!(first.header("x-api-key"), Some(key)),
+            Dialect::Openai => assert_eq!(
+                first.header("authorization"),
+                Some(format!("Bearer {key}").as_str())
+            ),
+        }
+    }
+
     /// The conversation each model request carried.
     fn conversations(&self) -> Vec<Vec<Msg>> {
         self.model_requests()
@@ -1163,14 +1175,7 @@ fn the_key_reaches_nothing_on(d: Dialect, executor: &str) {
     assert!(!env_out.contains(key_var), "{env_out}");
 
     // Control: the key did reach the model server, in its header.
-    let first = &e.model_requests()[0];
-    match d {
-        Dialect::Anthropic => assert_eq!(first.header("x-api-key"), Some(key.as_str())),
-        Dialect::Openai => assert_eq!(
-            first.header("authorization"),
-            Some(format!("Bearer {key}").as_str())
-        ),
-    }
+    e.assert_key_header(&key);
 
     // Nowhere on disk under garuda's home (journals, audit, register, caches), nor on the
     // outputs.
@@ -1340,14 +1345,7 @@ fn models_json_variables_on(d: Dialect, executor: &str) {
     }
     assert!(!env_out.contains(&key), "{executor}: {env_out}");
     // Control: the provider was the one used, with its key.
-    let first = &e.model_requests()[0];
-    match d {
-        Dialect::Anthropic => assert_eq!(first.header("x-api-key"), Some(key.as_str())),
-        Dialect::Openai => assert_eq!(
-            first.header("authorization"),
-            Some(format!("Bearer {key}").as_str())
-        ),
-    }
+    e.assert_key_header(&key);
 }
 
 // ---------------------------------------------------------------------------------------------
