@@ -637,19 +637,20 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
     let catalog = crate::models::Catalog::load(&host.garuda_home).map_err(|e| anyhow!(e))?;
     let mut command_host = host.clone();
     catalog.strip_provider_env(&mut command_host.vars);
+    let (sandboxed, in_process) = command_executor(settings, &command_host)?;
     let runner = CommandRunner {
         exe: std::env::current_exe().context("finding garuda's own executable")?,
         project: project.to_path_buf(),
         env: command_host.vars.clone(),
         staged: settings.command_mode == garuda_policy::CommandMode::Staged,
         staged_apply: args.staged_unattended == StagedUnattended::Apply,
-        in_process: in_process(settings, &command_host)?,
+        in_process,
     };
     let mut tools = SessionTools::new(
         FileTools::open(project).map_err(|e| anyhow!(e))?,
         engine,
         EngineContext {
-            sandbox_available: true,
+            sandbox_available: sandboxed,
             session_rules: args
                 .allow
                 .iter()
@@ -772,14 +773,21 @@ fn show_agent_stderr(err: impl std::io::Read, out: &mut impl Write) {
     }
 }
 
-/// The session's in-process command runner: the executor the sandbox would select, chosen
-/// once (`None` when that is the host executor, or when `garuda sandbox` would refuse the
-/// project's executor: those commands keep their own process, its notices and its refusals).
-/// `host`'s variables are the ones a command may inherit from (the provider's stripped).
-fn in_process(
+/// The executor of the session's commands, chosen once as the sandbox would choose it: whether
+/// it is an OS sandbox (what the permission engine is told, as `garuda policy decide` tells
+/// it: a command on the host executor is not a sandboxed one, so it is asked about, and in
+/// `-p` refused, unless a rule allows it), and the in-process runner (`None` when that is the
+/// host executor, or when `garuda sandbox` would refuse the project's executor: those commands
+/// keep their own process, its notices and its refusals). `host`'s variables are the ones a
+/// command may inherit from (the provider's stripped).
+fn command_executor(
     settings: &EffectiveSettings,
     host: &HostEnv,
-) -> Result<Option<Arc<crate::broker::host::InProcess>>> {
+) -> Result<(bool, Option<Arc<crate::broker::host::InProcess>>)> {
+    let selection =
+        crate::executor::select::select_executor_cached(settings.executor, Some(&host.garuda_home))
+            .map_err(|e| anyhow!("no executor for the agent's commands: {e}"))?;
+    let sandboxed = selection.executor.kind().is_sandbox();
     // A project file that asks for a weaker executor than this machine has is refused by
     // `garuda sandbox`: every command goes to it, and is refused there, as without `-p`.
     if let Err(e) = crate::cli::check_project_executor(settings, &host.garuda_home) {
@@ -787,19 +795,19 @@ fn in_process(
             "garuda: {}: the session's commands are refused",
             garuda_text::visible(&format!("{e:#}"))
         );
-        return Ok(None);
+        return Ok((sandboxed, None));
     }
-    let selection =
-        crate::executor::select::select_executor_cached(settings.executor, Some(&host.garuda_home))
-            .map_err(|e| anyhow!("no executor for the agent's commands: {e}"))?;
-    if !selection.executor.kind().is_sandbox() {
-        return Ok(None);
+    if !sandboxed {
+        return Ok((false, None));
     }
-    Ok(Some(Arc::new(crate::broker::host::InProcess {
-        executor: selection.executor,
-        settings: settings.clone(),
-        host: host.clone(),
-    })))
+    Ok((
+        true,
+        Some(Arc::new(crate::broker::host::InProcess {
+            executor: selection.executor,
+            settings: settings.clone(),
+            host: host.clone(),
+        })),
+    ))
 }
 
 /// Prints the agent's display events in the chosen format.

@@ -35,6 +35,13 @@
 //! - a project file naming a weaker executor than this machine's strongest (`bubblewrap` where
 //!   Landlock runs): `garuda sandbox` refuses it (the control), and so is the model's command
 //!   in `-p`; the same file naming `landlock` runs it (the other control).
+//! - the host executor (the user policy's `executor`): a command there is not a sandboxed one,
+//!   so `-p` asks, is refused, and the command does not run (no file outside the project), as
+//!   `garuda policy decide` says (`ask`). Control: with `--allow` for it, the same run does
+//!   create the file.
+//! - `-p --strict --staged`: the child `garuda sandbox` of a staged command runs under the strict
+//!   profile too: a missing `sandbox.writable` path refuses the command (strict does not skip
+//!   it). Control: the same run without `--strict` skips the path and runs the command.
 //!
 //! No timing is asserted: the only waits are the delays the script asks of the server.
 
@@ -482,6 +489,8 @@ both!(
     three_reads_come_back_in_call_order,
     a_models_json_providers_variables_reach_no_command,
     a_project_file_cannot_weaken_the_sandbox_of_the_agents_commands,
+    a_command_on_the_host_executor_is_asked_not_run,
+    strict_reaches_a_staged_commands_garuda_sandbox,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1393,6 +1402,106 @@ fn a_project_file_cannot_weaken_the_sandbox_of_the_agents_commands(d: Dialect) {
             assert!(!result.contains("42"), "{named}: {result}");
             assert!(result.contains(&weaker), "{named}: {result}");
             assert!(result.contains("[exit code 125]"), "{named}: {result}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. The host executor: a command there is asked about, not run as if sandboxed
+
+fn a_command_on_the_host_executor_is_asked_not_run(d: Dialect) {
+    for allow in [None, Some("Bash(touch *)")] {
+        // Outside the project, where only a command on the host can write.
+        let outside = common::base_dir("garuda-agent-e2e");
+        let marker = outside.path().join("outside-the-project");
+        let touch = format!("touch {}", marker.display());
+        let e = E2e::new(
+            "garuda-agent-e2e",
+            d,
+            vec![
+                Scripted::reply(vec![call("t1", "bash", json!({ "command": touch }))]),
+                Scripted::text("Done."),
+            ],
+        );
+        e.policy(json!({"executor": "host"}));
+        // What the engine says of this command under this policy.
+        let decided = e.run(&["policy", "decide", "bash", &touch]);
+        assert!(
+            text(&decided.stdout).starts_with("ask"),
+            "{}",
+            text(&decided.stdout)
+        );
+        let mut args = vec!["-p", "touch it"];
+        if let Some(rule) = allow {
+            args.extend(["--allow", rule]);
+        }
+        let out = e.run(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{allow:?}: {stderr}");
+        let result = &last_results(&e.conversations()[1])[0].1;
+        match allow {
+            None => {
+                assert!(
+                    !marker.exists(),
+                    "a command ran on the host unasked: {stderr}"
+                );
+                assert!(
+                    stderr.contains("needs a yes and there is no one to ask (-p): refused"),
+                    "{stderr}"
+                );
+                assert!(!result.contains("[exit code"), "{result}");
+            }
+            // Control: allowed by the person running it, the command does run on the host.
+            Some(_) => {
+                assert!(marker.exists(), "{stderr}");
+                assert!(result.contains("[exit code 0]"), "{result}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. `--strict` reaches the child `garuda sandbox` of a staged command
+
+fn strict_reaches_a_staged_commands_garuda_sandbox(d: Dialect) {
+    for executor in EXECUTORS {
+        for strict in [true, false] {
+            let e = E2e::new(
+                "garuda-agent-e2e",
+                d,
+                vec![
+                    Scripted::reply(vec![call(
+                        "t1",
+                        "bash",
+                        json!({"command": "echo $((6 * 7))"}),
+                    )]),
+                    Scripted::text("Done."),
+                ],
+            );
+            let missing = e.w.base.path().join("missing-writable");
+            e.policy(json!({"executor": executor,
+                            "sandbox": {"writable": [missing.display().to_string()]}}));
+            let mut args = vec!["-p", "compute", "--staged"];
+            if strict {
+                args.push("--strict");
+            }
+            let out = e.run(&args);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{executor} {strict}: {stderr}");
+            let result = &last_results(&e.conversations()[1])[0].1;
+            if strict {
+                assert!(
+                    result.contains(
+                        "the strict profile (command-line flag --strict) does not skip a missing writable path"
+                    ),
+                    "{executor}: {result}"
+                );
+                assert!(!result.contains("42"), "{executor}: {result}");
+            } else {
+                // Control: without the flag the path is skipped and the command runs.
+                assert!(result.contains("so it is skipped"), "{executor}: {result}");
+                assert!(result.starts_with("42\n"), "{executor}: {result}");
+            }
         }
     }
 }

@@ -249,7 +249,8 @@ impl<'a> SessionTools<'a> {
         (answer, Some(event))
     }
 
-    /// `garuda sandbox --capture --project P [--executor host] [--timeout N] -- /bin/sh -c LINE`
+    /// `garuda sandbox --capture --project P [--executor host] [--strict] [--timeout N]
+    /// [--staged --apply|--discard] -- /bin/sh -c LINE`
     /// as a child: the same code path as a user's own run, its own audit session included.
     fn spawn_sandbox(
         &self,
@@ -262,6 +263,11 @@ impl<'a> SessionTools<'a> {
         cmd.arg(&self.runner.project);
         if outside_sandbox {
             cmd.args(["--executor", "host"]);
+        }
+        if self.strict {
+            // The session's `--strict`, if it came from the flag: the child loads the policy
+            // itself and must not run under a weaker profile (a file's strict it reads anyway).
+            cmd.arg("--strict");
         }
         if let Some(secs) = timeout_secs {
             cmd.arg("--timeout").arg(secs.to_string());
