@@ -336,7 +336,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
                 .map_err(|e| anyhow!(e))?
         }
     };
-    let Some(model_entry) = resolved.allowlist_entry() else {
+    let Some(model_entries) = resolved.allowlist_entries() else {
         bail!(
             "the model's base URL names no host: {}",
             resolved.reference()
@@ -390,7 +390,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
         project: &project,
         settings: &settings,
         resolved: &resolved,
-        model_entry: &model_entry,
+        model_entries: &model_entries,
         session_id: &session_id,
         journal,
         history,
@@ -525,8 +525,8 @@ struct SessionParts<'a> {
     project: &'a Path,
     settings: &'a EffectiveSettings,
     resolved: &'a crate::models::Resolved,
-    /// The proxy's allowlist entry: the model's `host:port`.
-    model_entry: &'a str,
+    /// The proxy's allowlist: the model's `host:port` (`Resolved::allowlist_entries`).
+    model_entries: &'a [String],
     session_id: &'a str,
     journal: std::fs::File,
     history: Vec<String>,
@@ -541,7 +541,7 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
         project,
         settings,
         resolved,
-        model_entry,
+        model_entries,
         session_id,
         journal,
         history,
@@ -556,10 +556,10 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
         }),
     )?;
     // The proxy: exactly the model's host and port.
-    let allowlist = garuda_policy::network::Allowlist::parse([model_entry]).map_err(|e| {
+    let allowlist = garuda_policy::network::Allowlist::parse(model_entries).map_err(|e| {
         anyhow!(
             "the model's host {}: {e}",
-            garuda_text::visible(model_entry)
+            garuda_text::visible(&model_entries.join(", "))
         )
     })?;
     let proxy = crate::proxy::Proxy::new(crate::proxy::ProxyConfig {

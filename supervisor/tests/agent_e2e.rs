@@ -42,6 +42,10 @@
 //! - `-p --strict --staged`: the child `garuda sandbox` of a staged command runs under the strict
 //!   profile too: a missing `sandbox.writable` path refuses the command (strict does not skip
 //!   it). Control: the same run without `--strict` skips the path and runs the command.
+//! - a base URL naming `localhost` (as a local server's docs write it) reaches the model: the
+//!   proxy lists the name's loopback addresses with it (it refuses a name that resolves to a
+//!   loopback address it does not list: what happened before). The unit test
+//!   `the_proxy_entry_is_the_base_urls_host_and_port` shows another port stays refused.
 //!
 //! No timing is asserted: the only waits are the delays the script asks of the server.
 
@@ -491,6 +495,7 @@ both!(
     a_project_file_cannot_weaken_the_sandbox_of_the_agents_commands,
     a_command_on_the_host_executor_is_asked_not_run,
     strict_reaches_a_staged_commands_garuda_sandbox,
+    a_localhost_base_url_reaches_the_model,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1504,4 +1509,21 @@ fn strict_reaches_a_staged_commands_garuda_sandbox(d: Dialect) {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 12. A base URL on `localhost`
+
+fn a_localhost_base_url_reaches_the_model(d: Dialect) {
+    let e = E2e::new("garuda-agent-e2e", d, vec![Scripted::text("Hi.")]);
+    let url = e.server.url().replace("127.0.0.1", "localhost");
+    assert!(url.starts_with("http://localhost:"), "{url}");
+    let (var, url) = match d {
+        Dialect::Anthropic => ("ANTHROPIC_BASE_URL", url),
+        Dialect::Openai => ("OPENAI_BASE_URL", format!("{url}/v1")),
+    };
+    let out = e.command(&["-p", "hello"]).env(var, &url).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Hi.\n");
+    e.assert_key_header(&e.key);
 }
