@@ -231,10 +231,16 @@ pub fn fresh_copy(example: &Path) -> Result<PathBuf> {
     let dest = crate::proxy::socket_dir::fresh_dir(base, &format!("garuda-replay-{name}"))
         .with_context(|| format!("making the replay's folder in {}", base.display()))?;
     copy_tree(&source, &dest)?;
-    let status = std::process::Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(&dest)
-        .status();
+    // `git init` needs only where programs and the user's git settings are: no other variable
+    // of the supervisor (a provider's key among them) reaches this child either.
+    let mut git = std::process::Command::new("git");
+    git.args(["init", "-q"]).current_dir(&dest).env_clear();
+    for name in ["PATH", "HOME", "XDG_CONFIG_HOME"] {
+        if let Some(value) = std::env::var_os(name) {
+            git.env(name, value);
+        }
+    }
+    let status = git.status();
     if !status.is_ok_and(|s| s.success()) {
         // Without git the copy is still a project (its own folder); say so.
         eprintln!(

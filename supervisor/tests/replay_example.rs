@@ -228,3 +228,47 @@ fn a_recordings_rules_never_run_a_command_outside_the_sandbox() {
         "noted\n"
     );
 }
+
+/// The `git init` of an example's copy gets none of the supervisor's variables but where
+/// programs and git settings are: a provider key in garuda's environment is not in git's.
+/// Control: the `git` on the path is the one that ran (it wrote its environment), and it saw
+/// `HOME`.
+#[test]
+fn the_copys_git_init_gets_no_provider_key() {
+    let world = common::World::new("garuda-replay-tests");
+    let bin = world.base.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let seen = world.base.path().join("git-environ");
+    let git = bin.join("git");
+    std::fs::write(
+        &git,
+        format!(
+            "#!/bin/sh\nenv > '{}'\nPATH=/usr/local/bin:/usr/bin:/bin exec git \"$@\"\n",
+            seen.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let key = "sk-ant-api03-NotARealKeyOnlyForTheReplayGit0123";
+    let out = Command::new(common::garuda())
+        .args(["-p", "--replay"])
+        .arg(example())
+        .current_dir(&world.project)
+        .env_clear()
+        .env("HOME", &world.home)
+        .env(
+            "PATH",
+            format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()),
+        )
+        .env("GARUDA_HOME", world.home.join(".garuda"))
+        .env("ANTHROPIC_API_KEY", key)
+        .output()
+        .expect("run garuda");
+    let environ = std::fs::read_to_string(&seen)
+        .unwrap_or_else(|e| panic!("the git on the path did not run ({e}): {out:?}"));
+    assert!(environ.lines().any(|l| l.starts_with("HOME=")), "{environ}");
+    assert!(!environ.contains(key), "{environ}");
+    assert!(!environ.contains("ANTHROPIC_API_KEY"), "{environ}");
+    let _ = std::fs::remove_dir_all(ran_in(&out));
+}
