@@ -188,6 +188,21 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// The tool's wire name (the `tool` field: `read_file`, `run_command`…).
+    pub fn tool(&self) -> &'static str {
+        match self {
+            Request::ReadFile { .. } => "read_file",
+            Request::WriteFile { .. } => "write_file",
+            Request::EditFile { .. } => "edit_file",
+            Request::Glob { .. } => "glob",
+            Request::Grep { .. } => "grep",
+            Request::RunCommand { .. } => "run_command",
+            Request::JournalAppend { .. } => "journal_append",
+        }
+    }
+}
+
 /// Display-only events of a turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -782,6 +797,50 @@ mod tests {
         let frame = encode(m).unwrap();
         let body = read_frame(&mut &frame[..]).unwrap().unwrap();
         decode(&body).unwrap()
+    }
+
+    /// `Request::tool` is the `tool` field serde writes, for every variant.
+    #[test]
+    fn the_tool_name_is_the_wire_tag() {
+        let requests = [
+            Request::ReadFile {
+                path: "a".into(),
+                offset: None,
+                limit: None,
+            },
+            Request::WriteFile {
+                path: "a".into(),
+                content: String::new(),
+            },
+            Request::EditFile {
+                path: "a".into(),
+                old: "x".into(),
+                new: "y".into(),
+                replace_all: false,
+            },
+            Request::Glob {
+                pattern: "*".into(),
+                path: None,
+            },
+            Request::Grep {
+                pattern: "x".into(),
+                path: None,
+                glob: None,
+                case_insensitive: false,
+            },
+            Request::RunCommand {
+                command: "true".into(),
+                timeout_secs: None,
+                outside_sandbox: false,
+            },
+            Request::JournalAppend {
+                record: "{}".into(),
+            },
+        ];
+        for r in &requests {
+            let wire = serde_json::to_value(r).unwrap();
+            assert_eq!(wire["tool"], r.tool(), "{r:?}");
+        }
     }
 
     #[test]

@@ -720,6 +720,17 @@ pub(crate) fn describe_error(e: &anyhow::Error) -> String {
     out
 }
 
+/// [`refuse_weaker_project_executor`] when the executor comes from the project's file: what
+/// `garuda sandbox` checks, and the agent's in-process runner with it.
+pub(crate) fn check_project_executor(settings: &EffectiveSettings, home: &Path) -> Result<()> {
+    match &settings.executor_origin {
+        Some(origin) if origin.kind == SourceKind::Project => {
+            refuse_weaker_project_executor(settings.executor, &origin.path, home)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A project file may require a sandbox, never a weaker one than `auto` would pick here: a
 /// cloned repository must not be able to trade Landlock for a lesser executor.
 fn refuse_weaker_project_executor(choice: ExecutorChoice, file: &Path, home: &Path) -> Result<()> {
@@ -1371,11 +1382,7 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
         bail!("{flag} needs a staged command: add --staged (without it the command changes the project directly, and there is no change to apply or discard)");
     }
     let choice = settings.executor;
-    if let Some(origin) = &settings.executor_origin {
-        if origin.kind == SourceKind::Project {
-            refuse_weaker_project_executor(settings.executor, &origin.path, &host.garuda_home)?;
-        }
-    }
+    check_project_executor(&settings, &host.garuda_home)?;
     let (mut policy, notices) = garuda_policy::build_exec_policy_noting(&project, &settings, &host)
         .map_err(|e| match e {
             garuda_policy::PolicyError::ProjectRootTooBroad { .. } => {

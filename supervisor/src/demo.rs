@@ -54,28 +54,6 @@ impl Drop for DemoDir {
     }
 }
 
-/// A new folder only this user can enter; `create_dir` fails on an existing path, so a folder
-/// someone else planted is never used.
-fn fresh_dir(parent: &Path) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    let mut last = None;
-    for attempt in 0..16u32 {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(attempt);
-        let dir = parent.join(format!(
-            "garuda-demo-{}-{nanos:08x}{attempt}",
-            std::process::id()
-        ));
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::other("no attempt made")))
-}
-
 /// The four results the probe prints, one `KEY RESULT` line each: `ok` or an errno name.
 const PROBE_KEYS: [&str; 4] = ["write-inside", "read-secret", "write-outside", "connect"];
 
@@ -136,7 +114,7 @@ pub fn demo(executor: Option<ExecutorChoice>) -> Result<i32> {
     let parent = std::fs::canonicalize(DEMO_PARENT)
         .with_context(|| format!("the demo makes its folder in {DEMO_PARENT}"))?;
     let dir = DemoDir(
-        fresh_dir(&parent)
+        crate::proxy::socket_dir::fresh_dir(&parent, "garuda-demo")
             .with_context(|| format!("making the demo's folder in {}", parent.display()))?,
     );
     let home = dir.0.join("home");

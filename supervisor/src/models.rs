@@ -355,10 +355,24 @@ impl Resolved {
         }
     }
 
-    /// The host and port the base URL names (the proxy's allowlist entry).
+    /// The host and port the base URL names (an IPv6 address in brackets, as `url` writes it).
     pub fn host_port(&self) -> Option<(String, u16)> {
         let url = url::Url::parse(&self.base_url).ok()?;
         Some((url.host_str()?.to_owned(), url.port_or_known_default()?))
+    }
+
+    /// The proxy's allowlist for the base URL: `host:port` (`[v6]:port`). For the name
+    /// `localhost`, also its loopback addresses on that port: the proxy lets a name through to
+    /// a loopback address only when the list names that address, and a local server's URL is
+    /// often written `http://localhost:PORT`.
+    pub fn allowlist_entries(&self) -> Option<Vec<String>> {
+        let (host, port) = self.host_port()?;
+        let mut entries = vec![format!("{host}:{port}")];
+        if host.eq_ignore_ascii_case("localhost") {
+            entries.push(format!("127.0.0.1:{port}"));
+            entries.push(format!("[::1]:{port}"));
+        }
+        Some(entries)
     }
 }
 
@@ -1640,6 +1654,87 @@ mod tests {
             "OPENAI_BASE_URL: a base URL must not hold a user or password: put the key in the \
              credentials file"
         );
+    }
+
+    /// The proxy's entries are exactly the base URL's host and port, in every host form (and,
+    /// for `localhost`, its loopback addresses on that port), and the allowlist built from them
+    /// lets that target through, to the addresses it resolves to, and no other port.
+    #[test]
+    fn the_proxy_entry_is_the_base_urls_host_and_port() {
+        use garuda_policy::network::{Allowlist, TargetHost};
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        let v4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        let public = IpAddr::V4(Ipv4Addr::new(93, 184, 215, 14));
+        let cases: [(&str, &[&str], &str, u16, IpAddr); 6] = [
+            (
+                "https://api.anthropic.com",
+                &["api.anthropic.com:443"],
+                "api.anthropic.com",
+                443,
+                public,
+            ),
+            (
+                "https://API.Example.com:8443/v1",
+                &["api.example.com:8443"],
+                "api.example.com",
+                8443,
+                public,
+            ),
+            (
+                "http://127.0.0.1:11434/v1",
+                &["127.0.0.1:11434"],
+                "127.0.0.1",
+                11434,
+                v4,
+            ),
+            ("http://[::1]:8080/v1", &["[::1]:8080"], "[::1]", 8080, v6),
+            (
+                "https://[2001:db8::1]/v1",
+                &["[2001:db8::1]:443"],
+                "[2001:db8::1]",
+                443,
+                public,
+            ),
+            (
+                "http://localhost:8000/v1",
+                &["localhost:8000", "127.0.0.1:8000", "[::1]:8000"],
+                "localhost",
+                8000,
+                v4,
+            ),
+        ];
+        for (url, entries, host, port, resolved) in cases {
+            let r = Resolved {
+                provider: "p".into(),
+                model: "m".into(),
+                api: ModelApi::OpenaiChat,
+                base_url: check_base_url(url).unwrap(),
+                base_url_from: None,
+                limits: NEW_PROVIDER_LIMITS,
+                key: None,
+                key_source: KeySource::None,
+            };
+            let got = r.allowlist_entries().unwrap();
+            assert_eq!(got, entries, "{url}");
+            let list = Allowlist::parse(&got).unwrap_or_else(|e| panic!("{got:?}: {e}"));
+            let target = TargetHost::parse(host).unwrap();
+            assert!(list.check(&target, port).is_ok(), "{url}");
+            assert!(
+                list.check_resolved(&target, resolved, port).is_ok(),
+                "{url}"
+            );
+            if host == "localhost" {
+                assert!(list.check_resolved(&target, v6, port).is_ok(), "{url}");
+                // Control: the name alone does not reach its loopback address.
+                let alone = Allowlist::parse([&got[0]]).unwrap();
+                assert!(alone.check_resolved(&target, v4, port).is_err(), "{url}");
+            }
+            // Control: another port of the same host is refused.
+            assert!(list.check(&target, port.wrapping_add(1)).is_err(), "{url}");
+        }
+        // Control: the entry the host would make in brackets a second time does not parse.
+        assert!(Allowlist::parse(["[[::1]]:8080"]).is_err());
     }
 
     #[test]

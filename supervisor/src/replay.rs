@@ -189,34 +189,58 @@ fn cut(text: &str, max: usize) -> String {
 /// Copies an example's `project/` to a fresh folder and makes it a git repository (so that it
 /// is its own project); returns the folder.
 pub fn fresh_copy(example: &Path) -> Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
     let source = example.join("project");
-    if !source.is_dir() {
-        bail!("{} has no project/ folder", example.display());
+    // Not followed: a link at `project/` would copy whatever it leads to (a folder of secrets)
+    // into the replay's project. Links inside it are skipped by `copy_tree`.
+    let meta = std::fs::symlink_metadata(&source).with_context(|| {
+        format!(
+            "{} has no project/ folder",
+            garuda_text::visible_path(example)
+        )
+    })?;
+    if !meta.is_dir() {
+        bail!(
+            "{}: not a folder (a link is not followed): an example's project is a folder",
+            garuda_text::visible_path(&source)
+        );
     }
-    let base = PathBuf::from("/var/tmp");
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    let name = example
+    // The example's name, as a plain word: a newline or an escape in a folder's name must not
+    // reach the printed path.
+    let name: String = example
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "example".into());
-    let dest = base.join(format!(
-        "garuda-replay-{name}-{}-{stamp:x}",
-        std::process::id()
-    ));
-    // A new folder of this user's only (`create` fails on anything already there).
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dest)
-        .with_context(|| format!("creating {}", dest.display()))?;
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    let name = if name.is_empty() {
+        "example".into()
+    } else {
+        name
+    };
+    // A new folder of this user's only, under the shared /var/tmp: a planted folder or link at
+    // a name is never used (`fresh_dir`).
+    let base = Path::new("/var/tmp");
+    let dest = crate::proxy::socket_dir::fresh_dir(base, &format!("garuda-replay-{name}"))
+        .with_context(|| format!("making the replay's folder in {}", base.display()))?;
     copy_tree(&source, &dest)?;
-    let status = std::process::Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(&dest)
-        .status();
+    // `git init` needs only where programs and the user's git settings are: no other variable
+    // of the supervisor (a provider's key among them) reaches this child either.
+    let mut git = std::process::Command::new("git");
+    git.args(["init", "-q"]).current_dir(&dest).env_clear();
+    for name in ["PATH", "HOME", "XDG_CONFIG_HOME"] {
+        if let Some(value) = std::env::var_os(name) {
+            git.env(name, value);
+        }
+    }
+    let status = git.status();
     if !status.is_ok_and(|s| s.success()) {
         // Without git the copy is still a project (its own folder); say so.
         eprintln!(
@@ -243,4 +267,42 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
         // Links and anything else are not part of an example.
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// An example whose `project` is a link is refused, not followed; the same example with a
+    /// folder there (the control) is copied, files only, into a fresh 0700 folder whose name
+    /// keeps no newline or escape of the example's name.
+    #[test]
+    fn an_examples_project_link_is_refused_and_its_name_made_plain() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let base = tempfile::tempdir().unwrap();
+        let secrets = base.path().join("secrets");
+        std::fs::create_dir(&secrets).unwrap();
+        std::fs::write(secrets.join("id_ed25519"), "private").unwrap();
+        let example = base.path().join("ex\nample\u{1b}[2J");
+        std::fs::create_dir(&example).unwrap();
+        std::os::unix::fs::symlink(&secrets, example.join("project")).unwrap();
+        let e = fresh_copy(&example).unwrap_err().to_string();
+        assert!(e.contains("not a folder (a link is not followed)"), "{e}");
+        assert!(!e.contains('\n') && !e.contains('\u{1b}'), "{e:?}");
+
+        std::fs::remove_file(example.join("project")).unwrap();
+        std::fs::create_dir(example.join("project")).unwrap();
+        std::fs::write(example.join("project/a.txt"), "a").unwrap();
+        std::os::unix::fs::symlink(&secrets, example.join("project/linked")).unwrap();
+        let copy = fresh_copy(&example).unwrap();
+        let name = copy.file_name().unwrap().to_str().unwrap().to_owned();
+        assert!(name.starts_with("garuda-replay-ex_ample__2J-"), "{name:?}");
+        let meta = std::fs::metadata(&copy).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o077, 0);
+        assert_eq!(meta.uid(), crate::sys::current_uid());
+        assert_eq!(std::fs::read_to_string(copy.join("a.txt")).unwrap(), "a");
+        assert!(!copy.join("linked").exists());
+        std::fs::remove_dir_all(&copy).unwrap();
+    }
 }

@@ -336,7 +336,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
                 .map_err(|e| anyhow!(e))?
         }
     };
-    let Some((model_host, model_port)) = resolved.host_port() else {
+    let Some(model_entries) = resolved.allowlist_entries() else {
         bail!(
             "the model's base URL names no host: {}",
             resolved.reference()
@@ -390,8 +390,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
         project: &project,
         settings: &settings,
         resolved: &resolved,
-        model_host: &model_host,
-        model_port,
+        model_entries: &model_entries,
         session_id: &session_id,
         journal,
         history,
@@ -411,7 +410,10 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
     let replayed = crate::replay::parse(&lines)?;
     let differences = crate::replay::compare(&recorded, &replayed);
     if let Some(copy) = copy {
-        eprintln!("garuda: the replay ran in {}", copy.display());
+        eprintln!(
+            "garuda: the replay ran in {}",
+            garuda_text::visible_path(&copy)
+        );
     }
     if differences.is_empty() {
         println!("matches");
@@ -426,58 +428,94 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
 
 /// Loads what `--replay` names and sets `args` as the recorded session ran (project of an
 /// example, staged settings).
+///
+/// A recording is data from elsewhere (a file anyone may have written, an example folder in a
+/// cloned repository), and what it loosens is taken only where it cannot reach past the
+/// replay's own copy or the user's own record: `staged_changes: apply` and the file rules it
+/// allowed (`Read`, `Write`, `Edit`) are taken for an example (replayed on a fresh copy of its
+/// project) and for a session of this project (the supervisor's own record); a journal FILE's
+/// are not (it runs on the current project). A command rule is never taken from a recording:
+/// in `-p` every sandboxed command runs without one, so its only effect would be to run a
+/// recorded `outside_sandbox` command on the host without asking. What is not taken is printed
+/// with the flag that gives it.
 fn prepare_replay(
     arg: &str,
     host: &HostEnv,
     args: &mut RunArgs,
 ) -> Result<(crate::replay::Recorded, Option<PathBuf>)> {
     use crate::replay::Source;
-    let (lines, copy) = match Source::parse(arg) {
-        Source::Example(dir) => {
-            let file = dir.join("session.jsonl");
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            let copy = crate::replay::fresh_copy(&dir)?;
-            args.project = Some(copy.clone());
-            (
-                text.lines().map(str::to_string).collect::<Vec<_>>(),
-                Some(copy),
-            )
-        }
-        Source::File(file) => {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            (text.lines().map(str::to_string).collect(), None)
-        }
+    let source = Source::parse(arg);
+    let read_lines = |file: &Path| -> Result<Vec<String>> {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading {}", garuda_text::visible_path(file)))?;
+        Ok(text.lines().map(str::to_string).collect())
+    };
+    let lines = match &source {
+        Source::Example(dir) => read_lines(&dir.join("session.jsonl"))?,
+        Source::File(file) => read_lines(file)?,
         Source::Session(id) => {
             let cwd = std::env::current_dir().context("reading the current folder")?;
             let project = crate::project::resolve_project(args.project.clone(), &cwd)?;
             let store = SessionStore::new(&host.garuda_home, &project).map_err(|e| anyhow!(e))?;
-            (store.read(&id).map_err(|e| anyhow!(e))?, None)
+            store.read(id).map_err(|e| anyhow!(e))?
         }
     };
+    // Parsed before the example is copied: a recording that does not play leaves no folder.
     let recorded = crate::replay::parse(&lines)?;
+    let copy = match &source {
+        Source::Example(dir) => {
+            let copy = crate::replay::fresh_copy(dir)?;
+            args.project = Some(copy.clone());
+            Some(copy)
+        }
+        _ => None,
+    };
+    let trusted = !matches!(source, Source::File(_));
     if let Some(settings) = &recorded.settings {
         if settings.get("staged").and_then(Value::as_bool) == Some(true) {
             args.staged = true;
         }
         if settings.get("staged_changes").and_then(Value::as_str) == Some("apply") {
-            args.staged_unattended = StagedUnattended::Apply;
+            if trusted {
+                args.staged_unattended = StagedUnattended::Apply;
+            } else {
+                eprintln!(
+                    "garuda: the recording applied its staged changes; the replay of a journal file does not (--staged-changes apply does)"
+                );
+            }
         }
-        // The rules the recorded session was given: shown, since running the replay gives
-        // them again (the calls they allow are the recorded ones, and commands still run in
-        // the sandbox).
         if let Some(rules) = settings.get("allow").and_then(Value::as_array) {
             for rule in rules.iter().filter_map(Value::as_str) {
-                eprintln!(
-                    "garuda: the recording allowed {}; the replay does too",
-                    garuda_text::visible(rule)
-                );
-                args.allow.push(rule.to_string());
+                let shown = garuda_text::visible(rule);
+                if !is_file_rule(rule) {
+                    eprintln!(
+                        "garuda: the recording allowed {shown}; the replay does not: a recording gives file rules only, never one that runs a command outside the sandbox (--allow gives it)"
+                    );
+                } else if !trusted {
+                    eprintln!(
+                        "garuda: the recording allowed {shown}; the replay of a journal file does not (--allow gives it)"
+                    );
+                } else {
+                    // Shown, since running the replay gives it again.
+                    eprintln!("garuda: the recording allowed {shown}; the replay does too");
+                    args.allow.push(rule.to_string());
+                }
             }
         }
     }
     Ok((recorded, copy))
+}
+
+/// Whether `rule` is a rule of the file tools only (`Read`, `Write`, `Edit`, with or without
+/// a pattern); a rule that does not parse is not.
+fn is_file_rule(rule: &str) -> bool {
+    use garuda_policy::rule::{Tool, ToolMatcher};
+    rule.parse::<garuda_policy::rule::Rule>().is_ok_and(|r| {
+        matches!(
+            r.tool(),
+            ToolMatcher::Builtin(Tool::ReadFile | Tool::WriteFile | Tool::EditFile)
+        )
+    })
 }
 
 struct SessionParts<'a> {
@@ -487,8 +525,8 @@ struct SessionParts<'a> {
     project: &'a Path,
     settings: &'a EffectiveSettings,
     resolved: &'a crate::models::Resolved,
-    model_host: &'a str,
-    model_port: u16,
+    /// The proxy's allowlist: the model's `host:port` (`Resolved::allowlist_entries`).
+    model_entries: &'a [String],
     session_id: &'a str,
     journal: std::fs::File,
     history: Vec<String>,
@@ -503,8 +541,7 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
         project,
         settings,
         resolved,
-        model_host,
-        model_port,
+        model_entries,
         session_id,
         journal,
         history,
@@ -519,13 +556,12 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
         }),
     )?;
     // The proxy: exactly the model's host and port.
-    let entry = if model_host.contains(':') {
-        format!("[{model_host}]:{model_port}")
-    } else {
-        format!("{model_host}:{model_port}")
-    };
-    let allowlist = garuda_policy::network::Allowlist::parse([entry.as_str()])
-        .map_err(|e| anyhow!("the model's host {entry}: {e}"))?;
+    let allowlist = garuda_policy::network::Allowlist::parse(model_entries).map_err(|e| {
+        anyhow!(
+            "the model's host {}: {e}",
+            garuda_text::visible(&model_entries.join(", "))
+        )
+    })?;
     let proxy = crate::proxy::Proxy::new(crate::proxy::ProxyConfig {
         allowlist,
         resolver: crate::proxy::Resolver::System,
@@ -555,14 +591,9 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
             return Err(anyhow!(e));
         }
     };
-    let stderr_thread = agent.take_stderr().map(|err| {
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(err).lines().take(200) {
-                let Ok(line) = line else { break };
-                eprintln!("garuda agent: {}", garuda_text::visible(&line));
-            }
-        })
-    });
+    let stderr_thread = agent
+        .take_stderr()
+        .map(|err| std::thread::spawn(move || show_agent_stderr(err, &mut std::io::stderr())));
     let channel = agent
         .take_channel()
         .ok_or_else(|| anyhow!("the agent's channel is missing"))?;
@@ -598,29 +629,28 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
 
     let engine = Engine::new(settings, host, project);
     let mut approver = Unattended;
-    let mut env = host.vars.clone();
-    // The provider's key and base URL stay in this process: the child `garuda sandbox` (and so
-    // every command) never sees them.
-    env.retain(|(k, _)| {
-        !k.to_str()
-            .is_some_and(|k| garuda_policy::PROVIDER_ENV_DENY.contains(&k))
-    });
-    if let Ok(catalog) = crate::models::Catalog::load(&host.garuda_home) {
-        catalog.strip_provider_env(&mut env);
-    }
+    // The provider's key and base URL stay in this process: neither the child `garuda
+    // sandbox` nor a command run in this process (whose environment is built from
+    // `command_host`) ever sees them, whichever provider, built in or from `models.json`
+    // (`PROVIDER_ENV_DENY` and every variable the catalog names). The catalog loaded for the
+    // model (a replay chose none): a file that does not load is refused, not skipped.
+    let catalog = crate::models::Catalog::load(&host.garuda_home).map_err(|e| anyhow!(e))?;
+    let mut command_host = host.clone();
+    catalog.strip_provider_env(&mut command_host.vars);
+    let (sandboxed, in_process) = command_executor(settings, &command_host)?;
     let runner = CommandRunner {
         exe: std::env::current_exe().context("finding garuda's own executable")?,
         project: project.to_path_buf(),
-        env,
+        env: command_host.vars.clone(),
         staged: settings.command_mode == garuda_policy::CommandMode::Staged,
         staged_apply: args.staged_unattended == StagedUnattended::Apply,
-        in_process: in_process(settings, host)?,
+        in_process,
     };
     let mut tools = SessionTools::new(
         FileTools::open(project).map_err(|e| anyhow!(e))?,
         engine,
         EngineContext {
-            sandbox_available: true,
+            sandbox_available: sandboxed,
             session_rules: args
                 .allow
                 .iter()
@@ -705,24 +735,79 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
     Ok(exit_code(reason))
 }
 
-/// The session's in-process command runner: the executor the sandbox would select, chosen
-/// once (`None` when that is the host executor: those commands keep their own process and its
-/// notices).
-fn in_process(
+/// Most lines of the agent's stderr shown.
+const AGENT_STDERR_LINES: usize = 200;
+/// Most bytes of one line of the agent's stderr held and shown (a longer one is shown in
+/// pieces of this size).
+const AGENT_STDERR_LINE_BYTES: u64 = 4096;
+
+/// Shows the agent's stderr, each line escaped for the terminal (the agent is not trusted:
+/// its text may hold escapes, or not be UTF-8, shown lossily). Read to the end, whatever comes:
+/// past [`AGENT_STDERR_LINES`] lines are read and counted, not shown, so the agent never
+/// blocks on a full pipe or fails on a closed one; no more than one piece of a line is held.
+fn show_agent_stderr(err: impl std::io::Read, out: &mut impl Write) {
+    let mut reader = std::io::BufReader::new(err);
+    let mut piece = Vec::new();
+    let mut shown = 0;
+    let mut dropped = 0u64;
+    loop {
+        piece.clear();
+        match std::io::Read::take(&mut reader, AGENT_STDERR_LINE_BYTES)
+            .read_until(b'\n', &mut piece)
+        {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if shown < AGENT_STDERR_LINES {
+            let text = String::from_utf8_lossy(&piece);
+            let text = text.strip_suffix('\n').unwrap_or(&text);
+            // Shown only: a failed write to the terminal changes nothing.
+            let _ = writeln!(out, "garuda agent: {}", garuda_text::visible(text));
+            shown += 1;
+        } else {
+            dropped += 1;
+        }
+    }
+    if dropped > 0 {
+        let _ = writeln!(out, "garuda agent: ({dropped} more lines not shown)");
+    }
+}
+
+/// The executor of the session's commands, chosen once as the sandbox would choose it: whether
+/// it is an OS sandbox (what the permission engine is told, as `garuda policy decide` tells
+/// it: a command on the host executor is not a sandboxed one, so it is asked about, and in
+/// `-p` refused, unless a rule allows it), and the in-process runner (`None` when that is the
+/// host executor, or when `garuda sandbox` would refuse the project's executor: those commands
+/// keep their own process, its notices and its refusals). `host`'s variables are the ones a
+/// command may inherit from (the provider's stripped).
+fn command_executor(
     settings: &EffectiveSettings,
     host: &HostEnv,
-) -> Result<Option<Arc<crate::broker::host::InProcess>>> {
+) -> Result<(bool, Option<Arc<crate::broker::host::InProcess>>)> {
     let selection =
         crate::executor::select::select_executor_cached(settings.executor, Some(&host.garuda_home))
             .map_err(|e| anyhow!("no executor for the agent's commands: {e}"))?;
-    if !selection.executor.kind().is_sandbox() {
-        return Ok(None);
+    let sandboxed = selection.executor.kind().is_sandbox();
+    // A project file that asks for a weaker executor than this machine has is refused by
+    // `garuda sandbox`: every command goes to it, and is refused there, as without `-p`.
+    if let Err(e) = crate::cli::check_project_executor(settings, &host.garuda_home) {
+        eprintln!(
+            "garuda: {}: the session's commands are refused",
+            garuda_text::visible(&format!("{e:#}"))
+        );
+        return Ok((sandboxed, None));
     }
-    Ok(Some(Arc::new(crate::broker::host::InProcess {
-        executor: selection.executor,
-        settings: settings.clone(),
-        host: host.clone(),
-    })))
+    if !sandboxed {
+        return Ok((false, None));
+    }
+    Ok((
+        true,
+        Some(Arc::new(crate::broker::host::InProcess {
+            executor: selection.executor,
+            settings: settings.clone(),
+            host: host.clone(),
+        })),
+    ))
 }
 
 /// Prints the agent's display events in the chosen format.
@@ -827,5 +912,46 @@ impl Printer {
             }
             OutputFormat::Json | OutputFormat::StreamJson => self.line(&result),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// The agent's stderr is shown escaped, lossily when it is not UTF-8, a long line in
+    /// pieces, at most 200 lines, and read to its end. Control: `BufRead::lines` on the same
+    /// bytes stops at the line that is not UTF-8, and would hold the long line whole.
+    #[test]
+    fn the_agents_stderr_is_escaped_bounded_and_drained() {
+        let mut input = b"ok\n\x1b[2Jclear\n\xff\xfe bytes\n".to_vec();
+        input.extend(vec![b'x'; 10_000]);
+        input.push(b'\n');
+        for i in 0..300 {
+            input.extend(format!("line {i}\n").into_bytes());
+        }
+        let mut reader = std::io::Cursor::new(input.clone());
+        let mut out = Vec::new();
+        show_agent_stderr(&mut reader, &mut out);
+        assert_eq!(reader.position(), input.len() as u64, "read to the end");
+        let out = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "garuda agent: ok");
+        assert_eq!(lines[1], "garuda agent: \\e[2Jclear");
+        assert_eq!(lines[2], "garuda agent: \u{fffd}\u{fffd} bytes");
+        // 10,000 bytes: pieces of 4,096, 4,096 and 1,808.
+        assert_eq!(lines[3].len(), "garuda agent: ".len() + 4096);
+        assert_eq!(lines[5].len(), "garuda agent: ".len() + 1808);
+        assert_eq!(lines.len(), AGENT_STDERR_LINES + 1);
+        assert_eq!(lines[AGENT_STDERR_LINES - 1], "garuda agent: line 193");
+        assert_eq!(
+            lines[AGENT_STDERR_LINES],
+            "garuda agent: (106 more lines not shown)"
+        );
+        assert!(!out.contains('\u{1b}'));
+        // Control: the line reader stops at the bytes that are not UTF-8.
+        let read: Vec<_> = std::io::BufReader::new(&input[..]).lines().collect();
+        assert!(read[2].is_err(), "{:?}", read[2]);
     }
 }

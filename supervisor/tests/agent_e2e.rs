@@ -29,6 +29,24 @@
 //!   supervisor as one (each audit line says `batch: 3` and when its work began and ended,
 //!   printed) and come back in call order.
 //!
+//! - a provider added in `models.json` (its key and base URL in variables of its own, both
+//!   named in `env.allow`): neither reaches the command the model runs, on `landlock` and
+//!   `bubblewrap`. Control: the marker named the same way does, and the server got the key.
+//! - a project file naming a weaker executor than this machine's strongest (`bubblewrap` where
+//!   Landlock runs): `garuda sandbox` refuses it (the control), and so is the model's command
+//!   in `-p`; the same file naming `landlock` runs it (the other control).
+//! - the host executor (the user policy's `executor`): a command there is not a sandboxed one,
+//!   so `-p` asks, is refused, and the command does not run (no file outside the project), as
+//!   `garuda policy decide` says (`ask`). Control: with `--allow` for it, the same run does
+//!   create the file.
+//! - `-p --strict --staged`: the child `garuda sandbox` of a staged command runs under the strict
+//!   profile too: a missing `sandbox.writable` path refuses the command (strict does not skip
+//!   it). Control: the same run without `--strict` skips the path and runs the command.
+//! - a base URL naming `localhost` (as a local server's docs write it) reaches the model: the
+//!   proxy lists the name's loopback addresses with it (it refuses a name that resolves to a
+//!   loopback address it does not list: what happened before). The unit test
+//!   `the_proxy_entry_is_the_base_urls_host_and_port` shows another port stays refused.
+//!
 //! No timing is asserted: the only waits are the delays the script asks of the server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
@@ -43,18 +61,14 @@ use common::{garuda, text, World, PROXY_VARS};
 use garuda_modelserver::{Dialect, ModelServer, Part, Recorded, Scripted, Stop};
 use serde_json::{json, Value};
 
-/// Variables of the test's own environment that would change which model garuda talks to.
-const MODEL_VARS: [&str; 9] = [
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "ANTHROPIC_BASE_URL",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "OPENAI_API_BASE",
-    "OPENROUTER_API_KEY",
-    "OPENROUTER_BASE_URL",
-    "GARUDA_MODEL",
-];
+/// Variables of the test's own environment that would change which model garuda talks to:
+/// the providers' own (the list no command gets) and `GARUDA_MODEL`.
+fn model_vars() -> impl Iterator<Item = &'static str> {
+    garuda_policy::PROVIDER_ENV_DENY
+        .iter()
+        .copied()
+        .chain([garuda_supervisor::models::MODEL_VAR])
+}
 
 /// A fresh value, different in each test, so that a hit is this run's and no other.
 fn random_hex() -> String {
@@ -141,7 +155,7 @@ impl E2e {
             .env("HOME", &self.w.home)
             .env_remove("GARUDA_HOME")
             .stdin(Stdio::null());
-        for v in PROXY_VARS.iter().chain(MODEL_VARS.iter()) {
+        for v in PROXY_VARS.iter().copied().chain(model_vars()) {
             c.env_remove(v);
         }
         if args.first() == Some(&"-p") {
@@ -235,6 +249,18 @@ impl E2e {
             .into_iter()
             .filter(|r| r.entry.is_some())
             .collect()
+    }
+
+    /// The first model request carried `key` in the dialect's key header.
+    fn assert_key_header(&self, key: &str) {
+        let first = &self.model_requests()[0];
+        match self.dialect {
+            Dialect::Anthropic => assert_eq!(first.header("x-api-key"), Some(key)),
+            Dialect::Openai => assert_eq!(
+                first.header("authorization"),
+                Some(format!("Bearer {key}").as_str())
+            ),
+        }
     }
 
     /// The conversation each model request carried.
@@ -465,6 +491,11 @@ both!(
     resume_continues_with_the_same_messages,
     the_key_reaches_no_environment_journal_audit_or_output,
     three_reads_come_back_in_call_order,
+    a_models_json_providers_variables_reach_no_command,
+    a_project_file_cannot_weaken_the_sandbox_of_the_agents_commands,
+    a_command_on_the_host_executor_is_asked_not_run,
+    strict_reaches_a_staged_commands_garuda_sandbox,
+    a_localhost_base_url_reaches_the_model,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1158,14 +1189,7 @@ fn the_key_reaches_nothing_on(d: Dialect, executor: &str) {
     assert!(!env_out.contains(key_var), "{env_out}");
 
     // Control: the key did reach the model server, in its header.
-    let first = &e.model_requests()[0];
-    match d {
-        Dialect::Anthropic => assert_eq!(first.header("x-api-key"), Some(key.as_str())),
-        Dialect::Openai => assert_eq!(
-            first.header("authorization"),
-            Some(format!("Bearer {key}").as_str())
-        ),
-    }
+    e.assert_key_header(&key);
 
     // Nowhere on disk under garuda's home (journals, audit, register, caches), nor on the
     // outputs.
@@ -1257,4 +1281,249 @@ fn three_reads_come_back_in_call_order(d: Dialect) {
             l["event"]["target"], l["event"]["id"]
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. A provider of models.json: its variables reach no command
+
+fn a_models_json_providers_variables_reach_no_command(d: Dialect) {
+    for executor in EXECUTORS {
+        models_json_variables_on(d, executor);
+    }
+}
+
+fn models_json_variables_on(d: Dialect, executor: &str) {
+    let key = format!("gw-canary-{}", random_hex());
+    let marker = format!("marker-{}", random_hex());
+    let e = E2e::with_key(
+        "garuda-agent-e2e",
+        d,
+        vec![
+            Scripted::reply(vec![call(
+                "t1",
+                "bash",
+                json!({"command": "cat /proc/self/environ | tr '\\0' '\\n'"}),
+            )]),
+            Scripted::text("Checked."),
+        ],
+        &key,
+    );
+    let (api, url) = match d {
+        Dialect::Anthropic => ("anthropic_messages", e.server.url()),
+        Dialect::Openai => ("openai_chat", format!("{}/v1", e.server.url())),
+    };
+    std::fs::write(
+        e.garuda_home().join("models.json"),
+        json!({"providers": {"gateway": {
+            "api": api,
+            "base_url": "http://127.0.0.1:9/unused",
+            "base_url_env": "E2E_GATEWAY_URL",
+            "key_env": "E2E_GATEWAY_KEY",
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    // Named in `env.allow`, as a user might to pass them on: they still must not pass.
+    e.policy(json!({"executor": executor,
+                    "env": {"allow": ["E2E_GATEWAY_URL", "E2E_GATEWAY_KEY", "E2E_MARKER"]}}));
+    // `-m` first: the harness adds the built-in providers' variables only after `-p`.
+    let out = e
+        .command(&[
+            "-m",
+            "gateway/scripted-model",
+            "-p",
+            "show me your environment",
+        ])
+        .env("E2E_GATEWAY_URL", &url)
+        .env("E2E_GATEWAY_KEY", &key)
+        .env("E2E_MARKER", &marker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{executor}: {}",
+        text(&out.stderr)
+    );
+    let convs = e.conversations();
+    assert_eq!(convs.len(), 2, "{executor}");
+    let env_out = &last_results(&convs[1])[0].1;
+    assert!(env_out.contains("[exit code 0]"), "{executor}: {env_out}");
+    // Control: the command printed its environment, the marker allowed the same way included.
+    assert!(
+        env_out.contains(&format!("E2E_MARKER={marker}\n")),
+        "{executor}: {env_out}"
+    );
+    for gone in ["E2E_GATEWAY_URL", "E2E_GATEWAY_KEY"] {
+        assert!(!env_out.contains(gone), "{executor}: {gone} in {env_out}");
+    }
+    assert!(!env_out.contains(&key), "{executor}: {env_out}");
+    // Control: the provider was the one used, with its key.
+    e.assert_key_header(&key);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. A project file cannot weaken the sandbox of the model's commands
+
+fn a_project_file_cannot_weaken_the_sandbox_of_the_agents_commands(d: Dialect) {
+    for (named, runs) in [("bubblewrap", false), ("landlock", true)] {
+        let e = E2e::new(
+            "garuda-agent-e2e",
+            d,
+            vec![
+                Scripted::reply(vec![call(
+                    "t1",
+                    "bash",
+                    json!({"command": "echo $((6 * 7))"}),
+                )]),
+                Scripted::text("Done."),
+            ],
+        );
+        std::fs::create_dir_all(e.w.project.join(".garuda")).unwrap();
+        std::fs::write(
+            e.w.project.join(".garuda/settings.json"),
+            json!({"executor": named}).to_string(),
+        )
+        .unwrap();
+        let weaker = format!("asks for executor {named}, weaker than");
+        // Control: what `garuda sandbox` does with this project file.
+        let sandbox = e.run(&["sandbox", "--", "true"]);
+        let sandbox_err = text(&sandbox.stderr);
+        if runs {
+            assert_eq!(sandbox.status.code(), Some(0), "{named}: {sandbox_err}");
+        } else {
+            assert_eq!(sandbox.status.code(), Some(125), "{named}: {sandbox_err}");
+            assert!(sandbox_err.contains(&weaker), "{named}: {sandbox_err}");
+        }
+        let out = e.run(&["-p", "compute"]);
+        assert_eq!(out.status.code(), Some(0), "{named}: {}", text(&out.stderr));
+        let convs = e.conversations();
+        assert_eq!(convs.len(), 2, "{named}");
+        let result = &last_results(&convs[1])[0].1;
+        if runs {
+            assert!(result.starts_with("42\n"), "{named}: {result}");
+            assert!(result.contains("[exit code 0]"), "{named}: {result}");
+        } else {
+            assert!(!result.contains("42"), "{named}: {result}");
+            assert!(result.contains(&weaker), "{named}: {result}");
+            assert!(result.contains("[exit code 125]"), "{named}: {result}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. The host executor: a command there is asked about, not run as if sandboxed
+
+fn a_command_on_the_host_executor_is_asked_not_run(d: Dialect) {
+    for allow in [None, Some("Bash(touch *)")] {
+        // Outside the project, where only a command on the host can write.
+        let outside = common::base_dir("garuda-agent-e2e");
+        let marker = outside.path().join("outside-the-project");
+        let touch = format!("touch {}", marker.display());
+        let e = E2e::new(
+            "garuda-agent-e2e",
+            d,
+            vec![
+                Scripted::reply(vec![call("t1", "bash", json!({ "command": touch }))]),
+                Scripted::text("Done."),
+            ],
+        );
+        e.policy(json!({"executor": "host"}));
+        // What the engine says of this command under this policy.
+        let decided = e.run(&["policy", "decide", "bash", &touch]);
+        assert!(
+            text(&decided.stdout).starts_with("ask"),
+            "{}",
+            text(&decided.stdout)
+        );
+        let mut args = vec!["-p", "touch it"];
+        if let Some(rule) = allow {
+            args.extend(["--allow", rule]);
+        }
+        let out = e.run(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{allow:?}: {stderr}");
+        let result = &last_results(&e.conversations()[1])[0].1;
+        match allow {
+            None => {
+                assert!(
+                    !marker.exists(),
+                    "a command ran on the host unasked: {stderr}"
+                );
+                assert!(
+                    stderr.contains("needs a yes and there is no one to ask (-p): refused"),
+                    "{stderr}"
+                );
+                assert!(!result.contains("[exit code"), "{result}");
+            }
+            // Control: allowed by the person running it, the command does run on the host.
+            Some(_) => {
+                assert!(marker.exists(), "{stderr}");
+                assert!(result.contains("[exit code 0]"), "{result}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. `--strict` reaches the child `garuda sandbox` of a staged command
+
+fn strict_reaches_a_staged_commands_garuda_sandbox(d: Dialect) {
+    for executor in EXECUTORS {
+        for strict in [true, false] {
+            let e = E2e::new(
+                "garuda-agent-e2e",
+                d,
+                vec![
+                    Scripted::reply(vec![call(
+                        "t1",
+                        "bash",
+                        json!({"command": "echo $((6 * 7))"}),
+                    )]),
+                    Scripted::text("Done."),
+                ],
+            );
+            let missing = e.w.base.path().join("missing-writable");
+            e.policy(json!({"executor": executor,
+                            "sandbox": {"writable": [missing.display().to_string()]}}));
+            let mut args = vec!["-p", "compute", "--staged"];
+            if strict {
+                args.push("--strict");
+            }
+            let out = e.run(&args);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{executor} {strict}: {stderr}");
+            let result = &last_results(&e.conversations()[1])[0].1;
+            if strict {
+                assert!(
+                    result.contains(
+                        "the strict profile (command-line flag --strict) does not skip a missing writable path"
+                    ),
+                    "{executor}: {result}"
+                );
+                assert!(!result.contains("42"), "{executor}: {result}");
+            } else {
+                // Control: without the flag the path is skipped and the command runs.
+                assert!(result.contains("so it is skipped"), "{executor}: {result}");
+                assert!(result.starts_with("42\n"), "{executor}: {result}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 12. A base URL on `localhost`
+
+fn a_localhost_base_url_reaches_the_model(d: Dialect) {
+    let e = E2e::new("garuda-agent-e2e", d, vec![Scripted::text("Hi.")]);
+    let url = e.server.url().replace("127.0.0.1", "localhost");
+    assert!(url.starts_with("http://localhost:"), "{url}");
+    let (var, url) = match d {
+        Dialect::Anthropic => ("ANTHROPIC_BASE_URL", url),
+        Dialect::Openai => ("OPENAI_BASE_URL", format!("{url}/v1")),
+    };
+    let out = e.command(&["-p", "hello"]).env(var, &url).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Hi.\n");
+    e.assert_key_header(&e.key);
 }

@@ -3,6 +3,12 @@
 //! command applied — and prints `matches`. A recording whose tool result differs from what
 //! the tools now answer prints the difference and exits 1 (the negative control: the compare
 //! can fail).
+//!
+//! A recording is data from elsewhere: the rules it allowed are taken only where they cannot
+//! reach past the replay's own copy (see `run_agent::prepare_replay`). A journal file whose
+//! record allows `Bash(touch *)` and `Edit(notes.txt)` and whose model runs `touch` outside
+//! the sandbox and writes `notes.txt` does neither, as a file or as an example folder.
+//! Negative control: the same replay with those rules given by `--allow` does both.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a failed test
 
 mod common;
@@ -15,9 +21,14 @@ fn example() -> PathBuf {
 }
 
 fn replay(world: &common::World, what: &Path) -> Output {
+    replay_with(world, what, &[])
+}
+
+fn replay_with(world: &common::World, what: &Path, flags: &[&str]) -> Output {
     Command::new(common::garuda())
         .args(["-p", "--replay"])
         .arg(what)
+        .args(flags)
         .current_dir(&world.project)
         .env_clear()
         .env("HOME", &world.home)
@@ -113,5 +124,151 @@ fn a_changed_tool_result_prints_the_difference() {
         diff.contains("add 2 3 = 7") && diff.contains("add 2 3 = -1"),
         "{diff}"
     );
+    let _ = std::fs::remove_dir_all(ran_in(&out));
+}
+
+/// A journal whose supervisor record allows a command rule and a file rule, and whose model
+/// writes `notes.txt` and then runs `touch MARKER` outside the sandbox.
+fn loosening_journal(marker: &Path) -> String {
+    use serde_json::json;
+    let message = |role: &str, content: serde_json::Value| {
+        json!({"type": "message", "message": {"role": role, "content": content}}).to_string()
+    };
+    let touch = format!("touch {}", marker.display());
+    [
+        json!({"type": "supervisor", "model": "anthropic/claude-sonnet-4-5", "staged": false,
+               "staged_changes": "discard", "allow": ["Bash(touch *)", "Edit(notes.txt)"]})
+        .to_string(),
+        message("user", json!([{"type": "text", "text": "take notes"}])),
+        message(
+            "assistant",
+            json!([{"type": "tool_use", "id": "t1", "name": "write_file",
+                    "input": {"path": "notes.txt", "content": "noted\n"}}]),
+        ),
+        message(
+            "user",
+            json!([{"type": "tool_result", "tool_use_id": "t1", "content": "written",
+                    "is_error": false}]),
+        ),
+        message(
+            "assistant",
+            json!([{"type": "tool_use", "id": "t2", "name": "bash",
+                    "input": {"command": touch, "outside_sandbox": true}}]),
+        ),
+        message(
+            "user",
+            json!([{"type": "tool_result", "tool_use_id": "t2", "content": "[exit code 0]",
+                    "is_error": false}]),
+        ),
+        message("assistant", json!([{"type": "text", "text": "Done."}])),
+    ]
+    .join("\n")
+        + "\n"
+}
+
+#[test]
+fn a_recordings_rules_never_run_a_command_outside_the_sandbox() {
+    let world = common::World::new("garuda-replay-tests");
+    world.git(&["init", "-q"]);
+    let marker = world.base.path().join("outside-marker");
+    let file = world.base.path().join("loosening.jsonl");
+    std::fs::write(&file, loosening_journal(&marker)).unwrap();
+    // The same recording as an example folder (replayed on a fresh copy of its project).
+    let example = world.base.path().join("loosening-example");
+    std::fs::create_dir_all(example.join("project")).unwrap();
+    std::fs::write(example.join("session.jsonl"), loosening_journal(&marker)).unwrap();
+
+    let out = replay(&world, &file);
+    let stderr = common::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        !marker.exists(),
+        "a recorded rule ran a command on the host: {stderr}"
+    );
+    assert!(!world.project.join("notes.txt").exists(), "{stderr}");
+    assert!(
+        stderr.contains("the recording allowed Bash(touch *); the replay does not"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "the recording allowed Edit(notes.txt); the replay of a journal file does not"
+        ),
+        "{stderr}"
+    );
+
+    let out = replay(&world, &example);
+    let stderr = common::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        !marker.exists(),
+        "a recorded rule ran a command on the host: {stderr}"
+    );
+    // The example's file rule is taken: it writes only the fresh copy.
+    assert!(
+        stderr.contains("the recording allowed Edit(notes.txt); the replay does too"),
+        "{stderr}"
+    );
+    let copy = ran_in(&out);
+    assert_eq!(
+        std::fs::read_to_string(copy.join("notes.txt")).unwrap(),
+        "noted\n"
+    );
+    let _ = std::fs::remove_dir_all(copy);
+
+    // Negative control: the person running the replay gives the rules, and both happen.
+    let out = replay_with(
+        &world,
+        &file,
+        &["--allow", "Bash(touch *)", "--allow", "Edit(notes.txt)"],
+    );
+    assert!(marker.exists(), "{}", common::text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(world.project.join("notes.txt")).unwrap(),
+        "noted\n"
+    );
+}
+
+/// The `git init` of an example's copy gets none of the supervisor's variables but where
+/// programs and git settings are: a provider key in garuda's environment is not in git's.
+/// Control: the `git` on the path is the one that ran (it wrote its environment), and it saw
+/// `HOME`.
+#[test]
+fn the_copys_git_init_gets_no_provider_key() {
+    let world = common::World::new("garuda-replay-tests");
+    let bin = world.base.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let seen = world.base.path().join("git-environ");
+    let git = bin.join("git");
+    std::fs::write(
+        &git,
+        format!(
+            "#!/bin/sh\nenv > '{}'\nPATH=/usr/local/bin:/usr/bin:/bin exec git \"$@\"\n",
+            seen.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let key = "sk-ant-api03-NotARealKeyOnlyForTheReplayGit0123";
+    let out = Command::new(common::garuda())
+        .args(["-p", "--replay"])
+        .arg(example())
+        .current_dir(&world.project)
+        .env_clear()
+        .env("HOME", &world.home)
+        .env(
+            "PATH",
+            format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()),
+        )
+        .env("GARUDA_HOME", world.home.join(".garuda"))
+        .env("ANTHROPIC_API_KEY", key)
+        .output()
+        .expect("run garuda");
+    let environ = std::fs::read_to_string(&seen)
+        .unwrap_or_else(|e| panic!("the git on the path did not run ({e}): {out:?}"));
+    assert!(environ.lines().any(|l| l.starts_with("HOME=")), "{environ}");
+    assert!(!environ.contains(key), "{environ}");
+    assert!(!environ.contains("ANTHROPIC_API_KEY"), "{environ}");
     let _ = std::fs::remove_dir_all(ran_in(&out));
 }

@@ -259,18 +259,6 @@ impl MockSupervisor {
     }
 }
 
-fn tool_name(r: &Request) -> &'static str {
-    match r {
-        Request::ReadFile { .. } => "read_file",
-        Request::WriteFile { .. } => "write_file",
-        Request::EditFile { .. } => "edit_file",
-        Request::Glob { .. } => "glob",
-        Request::Grep { .. } => "grep",
-        Request::RunCommand { .. } => "run_command",
-        Request::JournalAppend { .. } => "journal_append",
-    }
-}
-
 impl Supervisor for MockSupervisor {
     fn send(&self, id: u64, request: Request) -> Result<(), LinkError> {
         self.send_more(id, request, false)
@@ -287,10 +275,8 @@ impl Supervisor for MockSupervisor {
         }
         self.events
             .borrow_mut()
-            .push(Event::Sent(id, tool_name(&request).into()));
-        self.mores
-            .borrow_mut()
-            .push((tool_name(&request).into(), more));
+            .push(Event::Sent(id, request.tool().into()));
+        self.mores.borrow_mut().push((request.tool().into(), more));
         let answer = (self.handler)(&request);
         self.requests.borrow_mut().push((id, request));
         self.held.borrow_mut().push((id, answer));

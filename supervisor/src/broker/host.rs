@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use super::files::FileTools;
 use super::judge::error;
-use super::server::{tool_name, ToolHost};
+use super::server::ToolHost;
 
 /// Most bytes of a command's output handed back to the model.
 pub const MAX_COMMAND_OUTPUT: usize = 256 * 1024;
@@ -249,7 +249,8 @@ impl<'a> SessionTools<'a> {
         (answer, Some(event))
     }
 
-    /// `garuda sandbox --capture --project P [--executor host] [--timeout N] -- /bin/sh -c LINE`
+    /// `garuda sandbox --capture --project P [--executor host] [--strict] [--timeout N]
+    /// [--staged --apply|--discard] -- /bin/sh -c LINE`
     /// as a child: the same code path as a user's own run, its own audit session included.
     fn spawn_sandbox(
         &self,
@@ -262,6 +263,11 @@ impl<'a> SessionTools<'a> {
         cmd.arg(&self.runner.project);
         if outside_sandbox {
             cmd.args(["--executor", "host"]);
+        }
+        if self.strict {
+            // The session's `--strict`, if it came from the flag: the child loads the policy
+            // itself and must not run under a weaker profile (a file's strict it reads anyway).
+            cmd.arg("--strict");
         }
         if let Some(secs) = timeout_secs {
             cmd.arg("--timeout").arg(secs.to_string());
@@ -422,7 +428,7 @@ fn decision_event(request: &Request, decision: Option<&Decision>, asked: Option<
         Request::RunCommand { command, .. } => garuda_text::visible(command).into_owned(),
         Request::JournalAppend { .. } => String::new(),
     };
-    let mut event = json!({ "tool": tool_name(request), "target": target });
+    let mut event = json!({ "tool": request.tool(), "target": target });
     if let (Some(d), Some(map)) = (decision, event.as_object_mut()) {
         map.insert("verdict".into(), json!(d.verdict));
         map.insert("step".into(), json!(d.step.to_string()));

@@ -269,7 +269,7 @@ impl<A: AuditSink> Broker<A> {
                     let answer = if rule(self.state, kind) == Rule::RefuseCancelled {
                         self.record(
                             "tool_call",
-                            json!({"id": id, "tool": tool_name(&request), "refused": "turn cancelled"}),
+                            json!({"id": id, "tool": request.tool(), "refused": "turn cancelled"}),
                         )?;
                         Answer::Error {
                             code: ErrorCode::Rejected,
@@ -547,19 +547,6 @@ impl<A: AuditSink> Broker<A> {
             ));
         }
         BrokerError::Violation { state, reason }
-    }
-}
-
-/// The wire name of a request's tool.
-pub fn tool_name(request: &Request) -> &'static str {
-    match request {
-        Request::ReadFile { .. } => "read_file",
-        Request::WriteFile { .. } => "write_file",
-        Request::EditFile { .. } => "edit_file",
-        Request::Glob { .. } => "glob",
-        Request::Grep { .. } => "grep",
-        Request::RunCommand { .. } => "run_command",
-        Request::JournalAppend { .. } => "journal_append",
     }
 }
 

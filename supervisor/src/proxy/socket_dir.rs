@@ -1,4 +1,5 @@
-//! The folder of a run's proxy socket: private to the user, out of every sandbox's reach.
+//! The folder of a run's proxy socket: private to the user, out of every sandbox's reach; and
+//! the fresh private folder it is made with ([`fresh_dir`], also the demo's and the replay's).
 
 use std::path::{Path, PathBuf};
 
@@ -7,20 +8,27 @@ use std::path::{Path, PathBuf};
 /// user, so the folder must be out of every sandbox's reach. Both Linux executors give the
 /// command a private `/tmp`, so the host's `/tmp` is invisible to it (a `$TMPDIR` inside the
 /// project, a cache or another visible folder would let the command swap the socket for a link
-/// to any host socket, or let other sandboxes use this run's proxy). `create_dir` fails on an
-/// existing path, so a folder planted by someone else is never used.
+/// to any host socket, or let other sandboxes use this run's proxy).
 pub(crate) fn private_dir() -> std::io::Result<PathBuf> {
+    let base = Path::new("/tmp");
+    remove_stale_proxy_dirs(base);
+    fresh_dir(base, "garuda-proxy")
+}
+
+/// A new folder `<parent>/<prefix>-<pid>-<nanos><attempt>` only this user can enter (0700,
+/// or less by the umask). `create_dir` fails on an existing path, a link included, so a folder
+/// or link someone else planted at a name (in a shared `/tmp` or `/var/tmp`) is never used:
+/// the next name is tried, up to 16.
+pub(crate) fn fresh_dir(parent: &Path, prefix: &str) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
-    let base = PathBuf::from("/tmp");
-    remove_stale_proxy_dirs(&base);
     let mut last = None;
     for attempt in 0..16u32 {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(attempt);
-        let dir = base.join(format!(
-            "garuda-proxy-{}-{nanos:08x}{attempt}",
+        let dir = parent.join(format!(
+            "{prefix}-{}-{nanos:08x}{attempt}",
             std::process::id()
         ));
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
