@@ -157,10 +157,7 @@ impl SignalForwarding {
 
     /// The signal received since [`SignalForwarding::install`], if any.
     pub fn received(&self) -> Option<libc::c_int> {
-        match FORWARD_RECEIVED.load(std::sync::atomic::Ordering::SeqCst) {
-            0 => None,
-            signal => Some(signal),
-        }
+        forwarded_signal()
     }
 }
 
