@@ -2260,10 +2260,11 @@ pub struct BwrapNamespaces {
 /// close-on-exec on `keep` (the descriptors bubblewrap reads, like `--add-seccomp-fd`), sets
 /// `RLIMIT_NPROC` when given, joins a cgroup by writing `0` to `cgroup_procs` when given,
 /// makes the namespaces of [`BwrapNamespaces`] (always: bwrap's argument vector has no
-/// `--unshare-net`, so the network namespace is this one), and last (inside the staged view,
-/// if any) opens each path of `holds` at its descriptor (one the caller reserved), refusing a
+/// `--unshare-net`, so the network namespace is this one), then (inside the staged view, if
+/// any) opens each path of `holds` at its descriptor (one the caller reserved), refusing a
 /// link in any component, for bwrap to bind from `/proc/self/fd/N`: it would follow a link in
-/// a path.
+/// a path; and last, with [`BwrapNamespaces::pid_max`], makes bwrap PID 1 of a PID namespace
+/// of its own with that `pid_max` ([`enter_pid_namespace`]).
 pub fn bwrap_pre_exec(
     cmd: &mut std::process::Command,
     keep: Vec<RawFd>,
@@ -2398,6 +2399,13 @@ fn wait_for_pid1(pid1: libc::pid_t, life_write: RawFd) -> ! {
         // SAFETY: `signal` with a constant disposition.
         unsafe { libc::signal(signal, libc::SIG_IGN) };
     }
+    // SIGTERM, the one forwarded signal not ignored above, gets its default: the copy of the
+    // supervisor's forwarding handler must not run here (it would SIGKILL whatever pid the
+    // supervisor had registered when it forked, maybe another command's). A SIGTERM sent to
+    // this process then ends it, and bwrap through the death signal, as one sent to bwrap did
+    // when bwrap was the spawned process.
+    // SAFETY: `signal` with a constant disposition.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_DFL) };
     // Only bwrap's copies of std's exec-error pipe, the output pipes and the handles stay
     // open: the executor's readers see the end when bwrap's tree is gone.
     let life = life_write as libc::c_uint;

@@ -18,6 +18,10 @@
 //!   showed before: `NoNewPrivs: 0`, `Seccomp: 0`, every capability of the sandbox's user
 //!   namespace, and the canary in its environment and memory. It is not reachable from the
 //!   sandbox (it has no pid in the sandbox's namespace).
+//! - `bubblewrap` (Linux 6.14 and later): the waiter, bwrap's parent, is likewise a fork of
+//!   the supervisor holding the canary; it catches none of the signals garuda's forwarding
+//!   catches (a copy of that handler would kill whatever pid garuda had registered), while
+//!   garuda itself catches them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a failed test
 
 #[allow(dead_code)] // helpers shared with the contract suite; this one uses a few
@@ -219,6 +223,42 @@ fn check(kind: ExecutorKind) {
             expect(format!("control, outer's {field} {got} (unhardened)"), ok);
         }
         for (what, ok) in canary_checks("control, outer", outer, needle, true) {
+            expect(what, ok);
+        }
+    }
+    // (Where `pid_max` is per PID namespace: elsewhere bwrap is garuda's child itself.)
+    if kind == ExecutorKind::Bubblewrap
+        && garuda_supervisor::executor::pidns::pid_max_is_namespaced()
+    {
+        // bwrap is PID 1 of the spawn hook's PID namespace (PID 1's parent); its parent, the
+        // process `std` spawned, is a fork of garuda that waits for bwrap and never executes
+        // anything: a copy of garuda's signal forwarding handler must not run there.
+        let bwrap: u32 = status_field(pid1, "PPid").parse().unwrap();
+        let waiter: u32 = status_field(bwrap, "PPid").parse().unwrap();
+        expect(
+            format!("waiter ({waiter}), bwrap's parent, is garuda's child"),
+            status_field(waiter, "PPid") == garuda.to_string(),
+        );
+        let mask =
+            |pid: u32, field: &str| u64::from_str_radix(&status_field(pid, field), 16).unwrap();
+        let this = std::process::id();
+        for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
+            let bit = 1u64 << (signal - 1);
+            expect(
+                format!("waiter does not catch signal {signal}"),
+                mask(waiter, "SigCgt") & bit == 0,
+            );
+            // Control: garuda catches it (its forwarding), unless this test was started
+            // ignoring it (garuda then leaves it ignored).
+            expect(
+                format!("control, garuda catches signal {signal}"),
+                mask(garuda, "SigCgt") & bit != 0 || mask(this, "SigIgn") & bit != 0,
+            );
+        }
+        // Like landlock's `outer`, the waiter is a copy of garuda, the canary included; it has
+        // no pid in the command's namespace (the inside view above), so the command cannot
+        // reach it.
+        for (what, ok) in canary_checks("control, waiter", waiter, needle, true) {
             expect(what, ok);
         }
     }
