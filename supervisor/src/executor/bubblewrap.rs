@@ -498,11 +498,19 @@ impl Executor for BubblewrapExecutor {
         let (nproc, cgroup_procs, pid_max) = match &limit {
             ProcessLimit::PidNamespace(max) => (None, None, Some(max.to_string().into_bytes())),
             ProcessLimit::Rlimit(n) => (Some(*n), None, None),
-            ProcessLimit::Cgroup(dir) => (
-                None,
-                CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).ok(),
-                None,
-            ),
+            // Fail closed: a path the hook cannot write to would mean no limit at all.
+            ProcessLimit::Cgroup(dir) => {
+                match CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()) {
+                    Ok(procs) => (None, Some(procs), None),
+                    Err(e) => {
+                        remove_limit(&limit);
+                        return Err(ExecError::Setup {
+                            stage: "process limit".into(),
+                            error: std::io::Error::other(e),
+                        });
+                    }
+                }
+            }
             // Fail closed: without a process limit a fork bomb would reach the host.
             ProcessLimit::None => {
                 return Err(ExecError::Unavailable {
