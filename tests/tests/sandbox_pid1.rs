@@ -434,3 +434,97 @@ fn the_reaper_name_is_reserved_for_pid_1() {
         );
     }
 }
+
+/// State and start time of `pid` (`/proc/PID/stat`), `None` once it is gone.
+fn state_and_start(pid: u32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name in parentheses: state is field 3, start time field 22.
+    let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some((rest.first()?.chars().next()?, rest.get(19)?.parse().ok()?))
+}
+
+/// Runs `sh -c 'echo ready; exec sleep 300'` through `garuda sandbox` with `kind`, kills garuda
+/// with `SIGKILL` (no handler runs, nothing is cleaned up) once the command is up, and returns
+/// the command's pid and what of everything garuda had started is still running (pid,
+/// command line) when every death signal had its chance (up to 5 s, which only the control
+/// waits out; a zombie counts as gone).
+fn survivors_of_a_killed_garuda(kind: ExecutorKind) -> (u32, Vec<(u32, String)>) {
+    let fx = Fixture::new(&format!("killed-{kind}"));
+    let mut child = Command::new(util::garuda_bin().unwrap())
+        .args(["sandbox", "--executor", kind.name(), "--project"])
+        .arg(&fx.project)
+        .args(["--", "/bin/sh", "-c", "echo ready; exec sleep 300"])
+        .current_dir(&fx.project)
+        .env_clear()
+        .envs(fx.vars.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready, "ready\n", "{kind}: the command did not start");
+    let cmdline = |p: u32| {
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default())
+            .replace('\0', " ")
+    };
+    let started: Vec<(u32, u64)> = descendants(child.id())
+        .into_iter()
+        .filter_map(|p| Some((p, state_and_start(p)?.1)))
+        .collect();
+    // Not vacuous: the command itself (the shell, or the `sleep` it becomes) is among them.
+    let is_command = |c: &str| c == "sleep 300 " || c.starts_with("/bin/sh -c echo ready");
+    let command = started
+        .iter()
+        .map(|(p, _)| *p)
+        .find(|p| is_command(&cmdline(*p)))
+        .unwrap_or_else(|| {
+            panic!(
+                "{kind}: the command is not below garuda: {:?}",
+                started.iter().map(|(p, _)| cmdline(*p)).collect::<Vec<_>>()
+            )
+        });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let alive = || -> Vec<(u32, String)> {
+        started
+            .iter()
+            .filter(|(p, start)| {
+                state_and_start(*p).is_some_and(|(state, now)| now == *start && state != 'Z')
+            })
+            .map(|(p, _)| (*p, cmdline(*p)))
+            .collect()
+    };
+    for _ in 0..500 {
+        if alive().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    (command, alive())
+}
+
+/// T21: a supervisor killed outright (`SIGKILL`, the OOM killer) takes its sandbox with it:
+/// every process it started dies by the death signals (`landlock`: the init and PID 1;
+/// `bubblewrap`: the spawned process that waits for bwrap, then bwrap and its namespace).
+/// Negative control: `host`'s command, only in a process group of its own, outlives garuda.
+#[test]
+fn a_killed_supervisor_takes_its_sandbox_with_it() {
+    for kind in [ExecutorKind::Landlock, ExecutorKind::Bubblewrap] {
+        assert_eq!(survivors_of_a_killed_garuda(kind).1, [], "{kind}");
+    }
+    let (command, left) = survivors_of_a_killed_garuda(ExecutorKind::Host);
+    for (pid, _) in &left {
+        // The control's survivors are this test's to end.
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert!(
+        left.iter().any(|(pid, _)| *pid == command),
+        "host: the command ({command}) did not outlive garuda: {left:?}"
+    );
+}
