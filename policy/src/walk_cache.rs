@@ -282,11 +282,13 @@ impl WalkCache {
         // Taken before the listing: an entry made after this instant changes the folder's
         // times to at least this (less a clock tick, which the margin covers).
         let listed_at = now_ns();
-        let stamp = match self.stamps.remove(&key) {
-            Some(stamp) => stamp,
-            None => Stamp::of(&fs::symlink_metadata(dir)?),
-        };
         if let Some(old) = self.old.remove(&key) {
+            // A folder the cache does not know is not looked at twice: the listing below
+            // takes its stamp.
+            let stamp = match self.stamps.remove(&key) {
+                Some(stamp) => stamp,
+                None => Stamp::of(&fs::symlink_metadata(dir)?),
+            };
             let still = stamp.latest_ns() + RACY_MARGIN.as_nanos() as i128 <= old.listed_at;
             if old.stamp == stamp && still && stamp.latest_ns() <= listed_at {
                 let listing = Rc::clone(&old.listing);
