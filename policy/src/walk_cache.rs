@@ -707,6 +707,15 @@ mod tests {
         let mut longer = good.clone();
         longer.push(0);
         assert!(decode(&longer, &root).is_none());
+        // Counts the rest of the file cannot hold are refused before anything is allocated:
+        // the number of folders (after the root), and the last list of names (the file's last
+        // four bytes: the one folder's sub-folders).
+        let count_at = MAGIC.len() + 4 + root.as_os_str().len();
+        for at in [count_at, good.len() - 4] {
+            let mut huge = good.clone();
+            huge[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+            assert!(decode(&huge, &root).is_none(), "count at {at}");
+        }
         fs::write(&file, b"not a cache").unwrap();
         let (_, listed) = walk(cache.path(), &root);
         assert_eq!(listed, 1);
