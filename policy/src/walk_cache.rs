@@ -853,4 +853,36 @@ mod tests {
             }
         );
     }
+
+    /// A folder time in the future (a clock set back since, or `utimes`) makes the entry
+    /// suspect: listed again however long ago the listing was.
+    #[test]
+    fn a_folder_time_in_the_future_is_listed_again() {
+        let Scene { cache, root, .. } = &scene();
+        fs::create_dir_all(root.join("a")).unwrap();
+        let hour = Duration::from_secs(3600);
+        fs::File::open(root.join("a"))
+            .unwrap()
+            .set_modified(SystemTime::now() + hour)
+            .unwrap();
+        walk(cache.path(), root);
+        // Listed two hours "later": without the future check the hour-ahead folder would count
+        // as still, and be believed.
+        plant(cache.path(), root, |entries| {
+            for e in entries.values_mut() {
+                e.listed_at += 2 * 3600 * 1_000_000_000;
+            }
+        });
+        let (_, listed) = walk(cache.path(), root);
+        assert_eq!(listed, 1, "the folder with a future time is listed again");
+        // Negative control: its time back in the past, the same aging makes it believed.
+        fs::File::open(root.join("a"))
+            .unwrap()
+            .set_modified(SystemTime::now() - hour)
+            .unwrap();
+        walk(cache.path(), root);
+        age(cache.path(), root);
+        let (_, listed) = walk(cache.path(), root);
+        assert_eq!(listed, 0);
+    }
 }
