@@ -657,18 +657,18 @@ mod tests {
         let Scene { cache, root, .. } = &scene();
         fs::create_dir_all(root.join("a/b")).unwrap();
         fs::write(root.join("a/.env"), "K=v").unwrap();
-        let (first, listed) = walk(cache.path(), &root);
+        let (first, listed) = walk(cache.path(), root);
         assert_eq!(listed, 3);
         // Just listed: still racy, so listed again.
-        let (_, listed) = walk(cache.path(), &root);
+        let (_, listed) = walk(cache.path(), root);
         assert_eq!(listed, 3, "racily clean folders are listed again");
-        age(cache.path(), &root);
-        let (second, listed) = walk(cache.path(), &root);
+        age(cache.path(), root);
+        let (second, listed) = walk(cache.path(), root);
         assert_eq!(listed, 0, "an aged, unchanged tree is read from the cache");
         assert_eq!(first, second);
         // A secret created since: its folder's times changed, so it is listed again.
         fs::write(root.join("a/b/.env.local"), "K=v").unwrap();
-        let (third, listed) = walk(cache.path(), &root);
+        let (third, listed) = walk(cache.path(), root);
         assert_eq!(listed, 1);
         assert!(third
             .iter()
@@ -680,11 +680,11 @@ mod tests {
         let Scene { cache, root, .. } = &scene();
         let elsewhere = tempfile::tempdir().unwrap();
         fs::create_dir_all(root.join("a")).unwrap();
-        walk(cache.path(), &root);
-        age(cache.path(), &root);
+        walk(cache.path(), root);
+        age(cache.path(), root);
         fs::remove_dir(root.join("a")).unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), root.join("a")).unwrap();
-        let (listings, listed) = walk(cache.path(), &root);
+        let (listings, listed) = walk(cache.path(), root);
         assert_eq!(listed, 1, "the root changed and is listed again");
         assert!(
             listings[0].subdirs.is_empty(),
@@ -695,18 +695,18 @@ mod tests {
     #[test]
     fn a_cache_for_another_root_or_a_bad_file_is_ignored() {
         let Scene { cache, root, .. } = &scene();
-        walk(cache.path(), &root);
-        age(cache.path(), &root);
-        let file = cache.path().join("cache/walk").join(file_name(&root));
+        walk(cache.path(), root);
+        age(cache.path(), root);
+        let file = cache.path().join("cache/walk").join(file_name(root));
         let good = fs::read(&file).unwrap();
-        assert!(decode(&good, &root).is_some());
+        assert!(decode(&good, root).is_some());
         assert!(decode(&good, Path::new("/elsewhere")).is_none());
         for cut in 0..good.len() {
-            assert!(decode(&good[..cut], &root).is_none(), "cut at {cut}");
+            assert!(decode(&good[..cut], root).is_none(), "cut at {cut}");
         }
         let mut longer = good.clone();
         longer.push(0);
-        assert!(decode(&longer, &root).is_none());
+        assert!(decode(&longer, root).is_none());
         // Counts the rest of the file cannot hold are refused before anything is allocated:
         // the number of folders (after the root), and the last list of names (the file's last
         // four bytes: the one folder's sub-folders).
@@ -714,10 +714,10 @@ mod tests {
         for at in [count_at, good.len() - 4] {
             let mut huge = good.clone();
             huge[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
-            assert!(decode(&huge, &root).is_none(), "count at {at}");
+            assert!(decode(&huge, root).is_none(), "count at {at}");
         }
         fs::write(&file, b"not a cache").unwrap();
-        let (_, listed) = walk(cache.path(), &root);
+        let (_, listed) = walk(cache.path(), root);
         assert_eq!(listed, 1);
     }
 
@@ -728,11 +728,11 @@ mod tests {
         } = &scene();
         let elsewhere = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), home.path().join("cache")).unwrap();
-        walk(home.path(), &root);
+        walk(home.path(), root);
         assert_eq!(fs::read_dir(elsewhere.path()).unwrap().count(), 0);
         // Control: with a real folder there, the cache is written.
         fs::remove_file(home.path().join("cache")).unwrap();
-        walk(home.path(), &root);
+        walk(home.path(), root);
         assert_eq!(
             fs::read_dir(home.path().join("cache/walk"))
                 .unwrap()
