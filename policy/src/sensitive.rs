@@ -99,6 +99,7 @@ pub const PACKAGE_CACHES: &[HomeEntry] = &[
 
 /// True for a name that dotenv tools load secrets from: `.env` or `.env.<anything>`
 /// (`.env.local`, `.env.production`). `.envrc` and `.environment` are not matched.
+/// (The walk cache keeps the names this matched: a wider test needs its `MAGIC` changed.)
 pub fn is_env_file_name(name: &OsStr) -> bool {
     let bytes = name.as_encoded_bytes();
     bytes == b".env" || bytes.starts_with(b".env.")

@@ -26,6 +26,12 @@
 //!    still for longer than the margin.
 //! 3. Its time is not in the future (a clock set back makes every time suspect).
 //!
+//! A folder listed is opened once, without following a link in its last component, and its
+//! stamp and entries both come from that descriptor: a link swapped in while the walk runs
+//! (another sandbox of the same project) can make one walk list the wrong folder, as without
+//! a cache, but never stores a folder's entries under another folder's stamp, which later
+//! runs would believe.
+//!
 //! # Where it lives, and who can write it
 //!
 //! `$GARUDA_HOME/cache/walk/<hash of the root>` (folders mode 0700, file 0600; each folder
@@ -33,8 +39,11 @@
 //! it was made for (a different root, a bad magic, or a short or malformed file: the cache is
 //! ignored and rewritten). Garuda's home is unreadable inside every sandbox, so a command
 //! cannot plant entries; a process outside the sandbox that can write the user's home can
-//! already change the policy files there. The file is replaced (temporary file, `rename`) only
-//! when a folder was listed: an unchanged project writes nothing.
+//! already change the policy files there. Still, a name no folder listing gives (empty, `.`,
+//! `..`, holding `/` or NUL, or `.git` among the folders to walk) makes the whole file
+//! ignored: joined to a folder's path it would take the walk out of the project. The file is
+//! replaced (temporary file, `rename`) only when a folder was listed: an unchanged project
+//! writes nothing.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -52,6 +61,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// How long a folder must have been still before its listing is believed on a later run.
 pub(crate) const RACY_MARGIN: Duration = Duration::from_secs(2);
 
+/// The format, and what a listing keeps. Change it when either changes, the `.env` test
+/// (`is_env_file_name`) included: a file written under a narrower test would hide a newly
+/// matched secret in every folder that has not changed since.
 const MAGIC: &[u8; 8] = b"GRDWALK1";
 /// The cache's folder under Garuda's home, one component at a time.
 const CACHE_FOLDER: [&str; 2] = ["cache", "walk"];
@@ -77,6 +89,16 @@ impl EntryKind {
             EntryKind::Symlink
         } else {
             EntryKind::Other
+        }
+    }
+
+    fn of_raw(kind: rustix::fs::FileType) -> EntryKind {
+        use rustix::fs::FileType;
+        match kind {
+            FileType::Directory => EntryKind::Dir,
+            FileType::RegularFile => EntryKind::File,
+            FileType::Symlink => EntryKind::Symlink,
+            _ => EntryKind::Other,
         }
     }
 
@@ -260,11 +282,13 @@ impl WalkCache {
         // Taken before the listing: an entry made after this instant changes the folder's
         // times to at least this (less a clock tick, which the margin covers).
         let listed_at = now_ns();
-        let stamp = match self.stamps.remove(&key) {
-            Some(stamp) => stamp,
-            None => Stamp::of(&fs::symlink_metadata(dir)?),
-        };
         if let Some(old) = self.old.remove(&key) {
+            // A folder the cache does not know is not looked at twice: the listing below
+            // takes its stamp.
+            let stamp = match self.stamps.remove(&key) {
+                Some(stamp) => stamp,
+                None => Stamp::of(&fs::symlink_metadata(dir)?),
+            };
             let still = stamp.latest_ns() + RACY_MARGIN.as_nanos() as i128 <= old.listed_at;
             if old.stamp == stamp && still && stamp.latest_ns() <= listed_at {
                 let listing = Rc::clone(&old.listing);
@@ -272,10 +296,8 @@ impl WalkCache {
                 return Ok(listing);
             }
         }
-        // Looked at again right before the listing: the stamp kept is never newer than what
-        // was listed.
-        let stamp = Stamp::of(&fs::symlink_metadata(dir)?);
-        let listing = Rc::new(list_folder(dir, &is_env)?);
+        let (stamp, listing) = list_folder(dir, &is_env)?;
+        let listing = Rc::new(listing);
         self.listed += 1;
         self.new.push((
             key,
@@ -310,14 +332,37 @@ fn file_name(root: &Path) -> String {
     format!("{hash:016x}")
 }
 
-fn list_folder(dir: &Path, is_env: &impl Fn(&OsStr) -> bool) -> std::io::Result<Listing> {
+/// The folder's stamp and what the walk takes from its entries, both from one descriptor,
+/// taken in that order (the stamp kept is never newer than what was listed). One descriptor,
+/// because the path is the project's, which a command running in another sandbox at the same
+/// time can change: resolved twice (an `lstat`, then a listing), a link swapped in on the way
+/// between the two would store one folder's entries under another folder's stamp, and as
+/// that other folder does not change, every later run would believe them. The last component
+/// is opened without following a link: the walk only reaches folders its parent's listing
+/// showed as folders, so a link there now is such a swap, and an error (the walk stops).
+fn list_folder(dir: &Path, is_env: &impl Fn(&OsStr) -> bool) -> std::io::Result<(Stamp, Listing)> {
+    use rustix::fs::{AtFlags, FileType};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let folder = fs::File::from(rustix::fs::open(dir, flags, Mode::empty())?);
+    let stamp = Stamp::of(&folder.metadata()?);
+    let mut entries = rustix::fs::Dir::new(folder)?;
     let mut listing = Listing::default();
-    for entry in fs::read_dir(dir)? {
+    while let Some(entry) = entries.read() {
         let entry = entry?;
-        let name = entry.file_name();
-        // `file_type` does not follow links: a link to `/` or to the home directory is never
-        // walked.
-        let kind = EntryKind::of(entry.file_type()?);
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
+        }
+        // Links are not followed: a link to `/` or to the home directory is never walked.
+        let kind = match entry.file_type() {
+            // The filesystem does not say in the listing: ask, still without following.
+            FileType::Unknown => FileType::from_raw_mode(
+                rustix::fs::statat(entries.fd()?, name, AtFlags::SYMLINK_NOFOLLOW)?.st_mode,
+            ),
+            known => known,
+        };
+        let kind = EntryKind::of_raw(kind);
+        let name = name.to_os_string();
         if is_env(&name) {
             listing.env.push(name.clone());
         }
@@ -332,7 +377,7 @@ fn list_folder(dir: &Path, is_env: &impl Fn(&OsStr) -> bool) -> std::io::Result<
             listing.subdirs.push(name);
         }
     }
-    Ok(listing)
+    Ok((stamp, listing))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -422,9 +467,19 @@ impl Reader<'_> {
             return None;
         }
         (0..n)
-            .map(|_| self.bytes().map(OsString::from_vec))
+            .map(|_| {
+                let name = self.bytes()?;
+                plain_name(&name).then(|| OsString::from_vec(name))
+            })
             .collect()
     }
+}
+
+/// A name as a folder listing gives it: not empty, not `.` or `..`, without `/` or NUL. The
+/// walk joins cached names to the folder's path: `..`, `../x` or `/etc` there would take it
+/// out of the project, so a file holding such a name is not one Garuda wrote, and is ignored.
+fn plain_name(name: &[u8]) -> bool {
+    !matches!(name, b"" | b"." | b"..") && !name.iter().any(|b| matches!(b, b'/' | 0))
 }
 
 fn decode(data: &[u8], root: &Path) -> Option<HashMap<Vec<u8>, Entry>> {
@@ -457,6 +512,11 @@ fn decode(data: &[u8], root: &Path) -> Option<HashMap<Vec<u8>, Entry>> {
         };
         let env = r.names()?;
         let subdirs = r.names()?;
+        // `list_folder` never counts `.git` among the folders to walk: the walk must not enter
+        // one (it judges `.git` entries on their own).
+        if subdirs.iter().any(|name| name == ".git") {
+            return None;
+        }
         entries.insert(
             key,
             Entry {
@@ -545,10 +605,35 @@ mod tests {
     /// (without waiting out the racy margin). The change time cannot be set: the test makes
     /// the cache's own listing time later instead.
     fn age(home: &Path, root: &Path) {
-        let mut entries = read(home, &file_name(root), root).unwrap();
-        for e in entries.values_mut() {
-            e.listed_at += 10 * 1_000_000_000;
+        plant(home, root, |entries| {
+            for e in entries.values_mut() {
+                e.listed_at += 10 * 1_000_000_000;
+            }
+        });
+    }
+
+    /// A cache folder (a stand-in for Garuda's home) and a project root (canonical).
+    struct Scene {
+        cache: tempfile::TempDir,
+        _project: tempfile::TempDir,
+        root: PathBuf,
+    }
+
+    fn scene() -> Scene {
+        let cache = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let root = project.path().canonicalize().unwrap();
+        Scene {
+            cache,
+            _project: project,
+            root,
         }
+    }
+
+    /// The cache file's entries for `root`, changed by `change`, written back.
+    fn plant(home: &Path, root: &Path, change: impl Fn(&mut HashMap<Vec<u8>, Entry>)) {
+        let mut entries = read(home, &file_name(root), root).unwrap();
+        change(&mut entries);
         let entries: Vec<_> = entries.into_iter().collect();
         write(home, &file_name(root), root, &entries).unwrap();
     }
@@ -569,23 +654,21 @@ mod tests {
 
     #[test]
     fn an_unchanged_tree_is_taken_from_the_cache_and_a_new_secret_is_seen() {
-        let cache = tempfile::tempdir().unwrap();
-        let project = tempfile::tempdir().unwrap();
-        let root = project.path().canonicalize().unwrap();
+        let Scene { cache, root, .. } = &scene();
         fs::create_dir_all(root.join("a/b")).unwrap();
         fs::write(root.join("a/.env"), "K=v").unwrap();
-        let (first, listed) = walk(cache.path(), &root);
+        let (first, listed) = walk(cache.path(), root);
         assert_eq!(listed, 3);
         // Just listed: still racy, so listed again.
-        let (_, listed) = walk(cache.path(), &root);
+        let (_, listed) = walk(cache.path(), root);
         assert_eq!(listed, 3, "racily clean folders are listed again");
-        age(cache.path(), &root);
-        let (second, listed) = walk(cache.path(), &root);
+        age(cache.path(), root);
+        let (second, listed) = walk(cache.path(), root);
         assert_eq!(listed, 0, "an aged, unchanged tree is read from the cache");
         assert_eq!(first, second);
         // A secret created since: its folder's times changed, so it is listed again.
         fs::write(root.join("a/b/.env.local"), "K=v").unwrap();
-        let (third, listed) = walk(cache.path(), &root);
+        let (third, listed) = walk(cache.path(), root);
         assert_eq!(listed, 1);
         assert!(third
             .iter()
@@ -594,16 +677,14 @@ mod tests {
 
     #[test]
     fn a_folder_swapped_for_a_link_is_listed_again() {
-        let cache = tempfile::tempdir().unwrap();
-        let project = tempfile::tempdir().unwrap();
+        let Scene { cache, root, .. } = &scene();
         let elsewhere = tempfile::tempdir().unwrap();
-        let root = project.path().canonicalize().unwrap();
         fs::create_dir_all(root.join("a")).unwrap();
-        walk(cache.path(), &root);
-        age(cache.path(), &root);
+        walk(cache.path(), root);
+        age(cache.path(), root);
         fs::remove_dir(root.join("a")).unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), root.join("a")).unwrap();
-        let (listings, listed) = walk(cache.path(), &root);
+        let (listings, listed) = walk(cache.path(), root);
         assert_eq!(listed, 1, "the root changed and is listed again");
         assert!(
             listings[0].subdirs.is_empty(),
@@ -613,43 +694,195 @@ mod tests {
 
     #[test]
     fn a_cache_for_another_root_or_a_bad_file_is_ignored() {
-        let cache = tempfile::tempdir().unwrap();
-        let project = tempfile::tempdir().unwrap();
-        let root = project.path().canonicalize().unwrap();
-        walk(cache.path(), &root);
-        age(cache.path(), &root);
-        let file = cache.path().join("cache/walk").join(file_name(&root));
+        let Scene { cache, root, .. } = &scene();
+        walk(cache.path(), root);
+        age(cache.path(), root);
+        let file = cache.path().join("cache/walk").join(file_name(root));
         let good = fs::read(&file).unwrap();
-        assert!(decode(&good, &root).is_some());
+        assert!(decode(&good, root).is_some());
         assert!(decode(&good, Path::new("/elsewhere")).is_none());
         for cut in 0..good.len() {
-            assert!(decode(&good[..cut], &root).is_none(), "cut at {cut}");
+            assert!(decode(&good[..cut], root).is_none(), "cut at {cut}");
         }
         let mut longer = good.clone();
         longer.push(0);
-        assert!(decode(&longer, &root).is_none());
+        assert!(decode(&longer, root).is_none());
+        // Counts the rest of the file cannot hold are refused before anything is allocated:
+        // the number of folders (after the root), and the last list of names (the file's last
+        // four bytes: the one folder's sub-folders).
+        let count_at = MAGIC.len() + 4 + root.as_os_str().len();
+        for at in [count_at, good.len() - 4] {
+            let mut huge = good.clone();
+            huge[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+            assert!(decode(&huge, root).is_none(), "count at {at}");
+        }
         fs::write(&file, b"not a cache").unwrap();
-        let (_, listed) = walk(cache.path(), &root);
+        let (_, listed) = walk(cache.path(), root);
         assert_eq!(listed, 1);
     }
 
     #[test]
     fn a_link_at_the_cache_folder_is_not_followed() {
-        let home = tempfile::tempdir().unwrap();
+        let Scene {
+            cache: home, root, ..
+        } = &scene();
         let elsewhere = tempfile::tempdir().unwrap();
-        let project = tempfile::tempdir().unwrap();
-        let root = project.path().canonicalize().unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), home.path().join("cache")).unwrap();
-        walk(home.path(), &root);
+        walk(home.path(), root);
         assert_eq!(fs::read_dir(elsewhere.path()).unwrap().count(), 0);
         // Control: with a real folder there, the cache is written.
         fs::remove_file(home.path().join("cache")).unwrap();
-        walk(home.path(), &root);
+        walk(home.path(), root);
         assert_eq!(
             fs::read_dir(home.path().join("cache/walk"))
                 .unwrap()
                 .count(),
             1
         );
+    }
+
+    /// Hostile bytes in the cache file: names that would take the walk out of the project
+    /// (the walk joins cached names to the folder's path) make the whole file ignored.
+    #[test]
+    fn a_cached_name_that_leads_out_of_the_project_is_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let base = base.path().canonicalize().unwrap();
+        let cache = base.join("home");
+        let root = base.join("project");
+        let outside = base.join("outside");
+        fs::create_dir_all(root.join("inside")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::create_dir_all(&cache).unwrap();
+        fs::write(outside.join(".env"), "K=v").unwrap();
+        walk(&cache, &root);
+        age(&cache, &root);
+        let outside_name = outside.as_os_str().as_bytes().to_vec();
+        let hostile: [(&str, &[u8]); 9] = [
+            ("subdir", b".."),
+            ("subdir", b"../outside"),
+            ("subdir", &outside_name),
+            ("subdir", b"inside/../../outside"),
+            ("subdir", b""),
+            ("subdir", b"."),
+            ("subdir", b"ins\0ide"),
+            ("subdir", b".git"),
+            ("env", b"../outside/.env"),
+        ];
+        for (field, name) in hostile {
+            plant(&cache, &root, |entries| {
+                let top = entries.get_mut(&Vec::new()).unwrap();
+                let mut listing = (*top.listing).clone();
+                let name = OsString::from_vec(name.to_vec());
+                match field {
+                    "subdir" => listing.subdirs.push(name),
+                    _ => listing.env.push(name),
+                }
+                top.listing = Rc::new(listing);
+            });
+            assert!(
+                read(&cache, &file_name(&root), &root).is_none(),
+                "{field} {name:?} decoded"
+            );
+            let (listings, listed) = walk(&cache, &root);
+            assert_eq!(listed, 2, "{field} {name:?}: the project is listed again");
+            assert_eq!(listings[0].subdirs, [OsString::from("inside")]);
+            assert!(listings.iter().all(|l| l.env.is_empty()), "{listings:?}");
+            age(&cache, &root);
+        }
+        // Negative control: the same planting with a plain name is believed (the planted
+        // entry keeps the folder's real stamp), so only the name check refuses the ones above.
+        plant(&cache, &root, |entries| {
+            let top = entries.get_mut(&Vec::new()).unwrap();
+            let mut listing = (*top.listing).clone();
+            listing.env.push(".env.planted".into());
+            top.listing = Rc::new(listing);
+        });
+        let (listings, listed) = walk(&cache, &root);
+        assert_eq!(listed, 0);
+        assert_eq!(listings[0].env, [OsString::from(".env.planted")]);
+    }
+
+    /// A folder swapped for a link after its parent was listed (a command in another sandbox of
+    /// the same project, racing this walk) is not listed through the link: the walk stops.
+    #[test]
+    fn a_folder_swapped_for_a_link_during_the_walk_is_not_listed_through_it() {
+        let Scene { cache, root, .. } = &scene();
+        fs::create_dir_all(root.join("a")).unwrap();
+        fs::create_dir_all(root.join("decoy")).unwrap();
+        fs::write(root.join("decoy/listed-through-the-link"), "").unwrap();
+        let mut walk_cache = WalkCache::open(Some(cache.path()), root);
+        let top = walk_cache.list(root, is_env).unwrap();
+        assert!(top.subdirs.contains(&OsString::from("a")));
+        fs::remove_dir(root.join("a")).unwrap();
+        std::os::unix::fs::symlink("decoy", root.join("a")).unwrap();
+        let refused = walk_cache.list(&root.join("a"), is_env).unwrap_err();
+        assert_eq!(refused.raw_os_error(), Some(libc::ENOTDIR), "{refused}");
+        // Negative control: listing by path, as the walk did before, goes through the link.
+        let through: Vec<_> = fs::read_dir(root.join("a"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(through, [OsString::from("listed-through-the-link")]);
+    }
+
+    /// Every kind of entry is classified without following links, also where the listing does
+    /// not say (the `statat` fallback is what a filesystem without `d_type` takes).
+    #[test]
+    fn entries_are_classified_without_following_links() {
+        let Scene { root, .. } = &scene();
+        fs::create_dir_all(root.join("d/.git")).unwrap();
+        fs::write(root.join("d/.env"), "").unwrap();
+        fs::create_dir_all(root.join("d/.garuda")).unwrap();
+        fs::create_dir_all(root.join("d/sub")).unwrap();
+        std::os::unix::fs::symlink("/", root.join("d/to-root")).unwrap();
+        std::os::unix::fs::symlink("sub", root.join("d/.env.link")).unwrap();
+        let (stamp, mut listing) = list_folder(&root.join("d"), &is_env).unwrap();
+        assert_eq!(
+            stamp,
+            Stamp::of(&fs::symlink_metadata(root.join("d")).unwrap())
+        );
+        listing.env.sort();
+        listing.subdirs.sort();
+        assert_eq!(
+            listing,
+            Listing {
+                env: vec![".env".into(), ".env.link".into()],
+                git: Some(EntryKind::Dir),
+                garuda: true,
+                subdirs: vec![".garuda".into(), "sub".into()],
+            }
+        );
+    }
+
+    /// A folder time in the future (a clock set back since, or `utimes`) makes the entry
+    /// suspect: listed again however long ago the listing was.
+    #[test]
+    fn a_folder_time_in_the_future_is_listed_again() {
+        let Scene { cache, root, .. } = &scene();
+        fs::create_dir_all(root.join("a")).unwrap();
+        let hour = Duration::from_secs(3600);
+        fs::File::open(root.join("a"))
+            .unwrap()
+            .set_modified(SystemTime::now() + hour)
+            .unwrap();
+        walk(cache.path(), root);
+        // Listed two hours "later": without the future check the hour-ahead folder would count
+        // as still, and be believed.
+        plant(cache.path(), root, |entries| {
+            for e in entries.values_mut() {
+                e.listed_at += 2 * 3600 * 1_000_000_000;
+            }
+        });
+        let (_, listed) = walk(cache.path(), root);
+        assert_eq!(listed, 1, "the folder with a future time is listed again");
+        // Negative control: its time back in the past, the same aging makes it believed.
+        fs::File::open(root.join("a"))
+            .unwrap()
+            .set_modified(SystemTime::now() - hour)
+            .unwrap();
+        walk(cache.path(), root);
+        age(cache.path(), root);
+        let (_, listed) = walk(cache.path(), root);
+        assert_eq!(listed, 0);
     }
 }

@@ -2,8 +2,8 @@
 //! whole process against the scripted model server on loopback (`garuda-modelserver`), which
 //! records when each request arrived and when its response finished.
 //!
-//! Run: `cargo build --release -p garuda && cargo bench -p garuda --bench agent` (optionally
-//! `-- RUNS`, default 15). Figures (issue 14's targets in brackets):
+//! Run: `cargo bench -p garuda --bench agent` (optionally `-- RUNS`, default 15; cargo builds
+//! the release `garuda` it runs, `GARUDA_BIN` names another). Figures (issue 14's targets in brackets):
 //! - **start**: `garuda -p` spawned to the first model request arriving at the server [≤ 50 ms];
 //! - **per tool call**: a response that is one `read_file` call finished → the next request
 //!   (carrying its result) arrived. This is the agent's decoding, the IPC request, the
@@ -23,23 +23,8 @@ use std::time::{Duration, Instant};
 
 use garuda_modelserver::{Dialect, ModelServer, Part, Scripted};
 
-fn garuda_exe() -> PathBuf {
-    let here = std::env::current_exe().expect("current exe");
-    let release = here.parent().and_then(Path::parent).expect("target dir");
-    let exe = release.join("garuda");
-    assert!(
-        exe.exists(),
-        "{} is missing: `cargo build --release -p garuda` first",
-        exe.display()
-    );
-    exe
-}
-
-fn median_ms(mut v: Vec<Duration>) -> (f64, f64) {
-    v.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    (ms(v[v.len() / 2]), ms(v[v.len() * 9 / 10]))
-}
+mod common;
+use common::{garuda_bin, p50_p90_ms as median_ms};
 
 struct World {
     _base: tempfile::TempDir,
@@ -99,22 +84,31 @@ fn run(
     (t, child)
 }
 
-fn read_call(i: usize) -> Scripted {
+fn tool_call(id: String, name: &str, input: serde_json::Value) -> Scripted {
     Scripted::reply(vec![Part::ToolUse {
-        id: format!("r{i}"),
-        name: "read_file".into(),
-        input: serde_json::json!({"path": format!("f{i}.txt")}),
+        id,
+        name: name.into(),
+        input,
     }])
     .with_usage(10, 10)
 }
 
+fn read_call(i: usize) -> Scripted {
+    let path = format!("f{i}.txt");
+    tool_call(
+        format!("r{i}"),
+        "read_file",
+        serde_json::json!({ "path": path }),
+    )
+}
+
 fn bash_call(i: usize) -> Scripted {
-    Scripted::reply(vec![Part::ToolUse {
-        id: format!("b{i}"),
-        name: "bash".into(),
-        input: serde_json::json!({"command": format!("true {i}")}),
-    }])
-    .with_usage(10, 10)
+    let command = format!("true {i}");
+    tool_call(
+        format!("b{i}"),
+        "bash",
+        serde_json::json!({ "command": command }),
+    )
 }
 
 /// Gaps between a response finishing and the next request arriving, for each scripted call.
@@ -199,7 +193,7 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(15);
-    let exe = garuda_exe();
+    let exe = garuda_bin();
     let w = world();
 
     // Start: spawn to the first request.

@@ -9,9 +9,9 @@
 //!   history a user's runs leave;
 //! - `--files N` the project: `0` (default) is a fresh `git init`, any other number a project
 //!   of N files made by `benches/gen-project.sh` (20,000 is the project);
-//! - `--gap-ms N` idle time before each measured run (default 0): bubblewrap as root joins a
-//!   cgroup, which after an idle moment waits for an RCU grace period, so back-to-back runs
-//!   alone hide a cost users see;
+//! - `--gap-ms N` idle time before each measured run (default 0): on Linux before 6.14
+//!   bubblewrap as root joins a cgroup, which after an idle moment waits for an RCU grace
+//!   period, so back-to-back runs alone hide a cost users see;
 //! - `--staged` adds `garuda sandbox --staged --discard` (landlock) to the variants.
 //!
 //! Variants, interleaved run by run so that each pair sees the same machine state:
@@ -41,6 +41,10 @@ use std::time::{Duration, Instant};
 use garuda_policy::{build_exec_policy, load_settings, HostEnv};
 use garuda_supervisor::executor::bubblewrap::{self, Fds};
 use garuda_supervisor::executor::{self, CommandSpec};
+
+#[allow(dead_code)] // shared with the other benchmarks; this one uses `garuda_bin`
+mod common;
+use common::garuda_bin;
 
 struct Options {
     runs: usize,
@@ -78,12 +82,6 @@ fn options() -> Options {
         }
     }
     o
-}
-
-fn garuda_bin() -> PathBuf {
-    std::env::var_os("GARUDA_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_garuda")))
 }
 
 fn quiet(cmd: &mut Command) -> &mut Command {

@@ -5,9 +5,8 @@
 //! Run: `cargo bench -p garuda --bench ipc` (optionally `-- RUNS`, default 200). Inner
 //! measurements: the broker (with the real file tools and permission engine; audit events
 //! discarded) and the spawner are called as library functions in this process, the client
-//! speaking the wire on a socket pair;
-//! the agent is the real `garuda agent` binary (`target/release/garuda`, built by `cargo bench`)
-//! in its real sandbox. Targets (issue 13): start to a confined, verified `hello` ≤ 20 ms;
+//! speaking the wire on a socket pair; the agent is the real `garuda agent` binary (the
+//! release build `cargo bench` makes, or `GARUDA_BIN`) in its real sandbox. Targets (issue 13): start to a confined, verified `hello` ≤ 20 ms;
 //! idle resident memory ≤ 15 MB; small `read_file` p50 ≤ 100 µs; 1 MB `read_file` ≥ 500 MB/s.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // benchmark code: a panic aborts the run
@@ -28,28 +27,11 @@ use garuda_policy::{Flags, HostEnv};
 use garuda_supervisor::agent::spawn::{spawn_agent, AgentSpawn};
 use garuda_supervisor::broker::host::{CommandRunner, NoTerminal, SessionTools};
 use garuda_supervisor::broker::server::{AuditSink, Broker};
+
+mod common;
+use common::{garuda_bin, p50_p90_ms as percentiles};
 use garuda_supervisor::broker::FileTools;
 use serde_json::Value;
-
-fn percentiles(mut v: Vec<Duration>) -> (f64, f64) {
-    v.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    (ms(v[v.len() / 2]), ms(v[v.len() * 9 / 10]))
-}
-
-/// The `garuda` binary the bench runs as the agent: the release build next to this bench.
-fn garuda_exe() -> PathBuf {
-    let here = std::env::current_exe().expect("current exe");
-    // target/release/deps/ipc-HASH → target/release/garuda
-    let release = here.parent().and_then(Path::parent).expect("target dir");
-    let exe = release.join("garuda");
-    assert!(
-        exe.exists(),
-        "{} is missing: `cargo build --release -p garuda` first",
-        exe.display()
-    );
-    exe
-}
 
 /// Starts the confined agent and waits for its `hello`; returns the time it took and the
 /// running agent.
@@ -290,7 +272,7 @@ fn main() {
         .find_map(|a| a.parse().ok())
         .unwrap_or(200);
     broker_round_trips(runs.max(100));
-    let exe = garuda_exe();
+    let exe = garuda_bin();
 
     // Start to a confined, verified hello (the agent checks itself before it says hello).
     for _ in 0..5 {

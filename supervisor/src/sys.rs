@@ -157,10 +157,7 @@ impl SignalForwarding {
 
     /// The signal received since [`SignalForwarding::install`], if any.
     pub fn received(&self) -> Option<libc::c_int> {
-        match FORWARD_RECEIVED.load(std::sync::atomic::Ordering::SeqCst) {
-            0 => None,
-            signal => Some(signal),
-        }
+        forwarded_signal()
     }
 }
 
@@ -2263,10 +2260,11 @@ pub struct BwrapNamespaces {
 /// close-on-exec on `keep` (the descriptors bubblewrap reads, like `--add-seccomp-fd`), sets
 /// `RLIMIT_NPROC` when given, joins a cgroup by writing `0` to `cgroup_procs` when given,
 /// makes the namespaces of [`BwrapNamespaces`] (always: bwrap's argument vector has no
-/// `--unshare-net`, so the network namespace is this one), and last (inside the staged view,
-/// if any) opens each path of `holds` at its descriptor (one the caller reserved), refusing a
+/// `--unshare-net`, so the network namespace is this one), then (inside the staged view, if
+/// any) opens each path of `holds` at its descriptor (one the caller reserved), refusing a
 /// link in any component, for bwrap to bind from `/proc/self/fd/N`: it would follow a link in
-/// a path.
+/// a path; and last, with [`BwrapNamespaces::pid_max`], makes bwrap PID 1 of a PID namespace
+/// of its own with that `pid_max` ([`enter_pid_namespace`]).
 pub fn bwrap_pre_exec(
     cmd: &mut std::process::Command,
     keep: Vec<RawFd>,
@@ -2276,6 +2274,8 @@ pub fn bwrap_pre_exec(
     holds: Vec<(CString, RawFd)>,
 ) {
     use std::os::unix::process::CommandExt;
+    // Taken here, in the supervisor: the hook runs in its child.
+    let supervisor = current_pid();
     let hook = move || -> io::Result<()> {
         // No descriptor the supervisor inherited or opened reaches bwrap (and so the command)
         // except the ones bwrap must read.
@@ -2323,14 +2323,14 @@ pub fn bwrap_pre_exec(
         }
         if let Some(pid_max) = &ns.pid_max {
             // Returns only in the new namespace's PID 1, which goes on to execute bwrap.
-            enter_pid_namespace(pid_max)?;
+            enter_pid_namespace(pid_max, supervisor)?;
         }
         Ok(())
     };
     // SAFETY: the hook runs between fork and exec and only calls close_range, fcntl, setrlimit,
     // open, openat, fstat, dup3, write, read, close, unshare, mount, socket, ioctl, setsockopt,
-    // bind, listen, sendmsg, pipe2, fork, prctl, poll, sigaction, waitpid, kill and _exit on
-    // data captured before the fork; it allocates nothing.
+    // bind, listen, sendmsg, prctl, getppid, pipe2, fork, poll, sigaction, waitpid, kill and
+    // _exit on data captured before the fork; it allocates nothing.
     unsafe { cmd.pre_exec(hook) };
 }
 
@@ -2344,7 +2344,19 @@ pub fn bwrap_pre_exec(
 /// machine's cgroup v1 hierarchy waits for an RCU grace period after any idle moment (6–14 ms
 /// per command), and `RLIMIT_NPROC` does not bind root. A namespace's `pid_max` binds
 /// everyone, costs one fork, and its PID 1 leaving kills everything still in it.
-fn enter_pid_namespace(pid_max: &[u8]) -> io::Result<()> {
+fn enter_pid_namespace(pid_max: &[u8], supervisor: libc::pid_t) -> io::Result<()> {
+    // This process, not bwrap, is now the supervisor's child, and bwrap's `--die-with-parent`
+    // ties bwrap to it: it must die with the supervisor as bwrap did, or a supervisor killed
+    // outright (`SIGKILL`, the OOM killer) would leave the command running, unwatched and
+    // with no timeout. If the supervisor died before the death signal was set, this process
+    // has another parent by now.
+    // SAFETY: prctl with integer arguments.
+    let set = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    cvt(set as libc::c_long)?;
+    // SAFETY: getppid cannot fail.
+    if unsafe { libc::getppid() } != supervisor {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
     // The life line: while this process lives, the child's read end sees no hang-up.
     let mut life = [-1 as libc::c_int; 2];
     // SAFETY: `life` is a valid array of two ints for pipe2 to fill.
@@ -2401,6 +2413,13 @@ fn wait_for_pid1(pid1: libc::pid_t, life_write: RawFd) -> ! {
         // SAFETY: `signal` with a constant disposition.
         unsafe { libc::signal(signal, libc::SIG_IGN) };
     }
+    // SIGTERM, the one forwarded signal not ignored above, gets its default: the copy of the
+    // supervisor's forwarding handler must not run here (it would SIGKILL whatever pid the
+    // supervisor had registered when it forked, maybe another command's). A SIGTERM sent to
+    // this process then ends it, and bwrap through the death signal, as one sent to bwrap did
+    // when bwrap was the spawned process.
+    // SAFETY: `signal` with a constant disposition.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_DFL) };
     // Only bwrap's copies of std's exec-error pipe, the output pipes and the handles stay
     // open: the executor's readers see the end when bwrap's tree is gone.
     let life = life_write as libc::c_uint;

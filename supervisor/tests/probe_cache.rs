@@ -410,6 +410,32 @@ fn runs_writing_the_cache_at_once_leave_one_whole_file() {
             .filter(|name| name != "walk")
             .collect();
         assert_eq!(names, ["executors.json"], "{x}");
+        // The same runs walked the same project at once: the walk cache is one whole file too
+        // (each writer renames its own temporary file over it), named by the root's hash.
+        let walk: Vec<(String, Vec<u8>)> = std::fs::read_dir(w.garuda_home.join("cache/walk"))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let name = e.file_name().to_string_lossy().into_owned();
+                (name, std::fs::read(e.path()).unwrap())
+            })
+            .collect();
+        assert_eq!(
+            walk.len(),
+            1,
+            "{x}: {:?}",
+            walk.iter().map(|(n, _)| n).collect::<Vec<_>>()
+        );
+        let (name, bytes) = &walk[0];
+        assert!(
+            name.len() == 16 && name.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{x}: {name}"
+        );
+        let root = w.project.canonicalize().unwrap();
+        let root = root.as_os_str().as_encoded_bytes();
+        assert!(bytes.starts_with(b"GRDWALK1"), "{x}");
+        assert_eq!(&bytes[8..12], (root.len() as u32).to_le_bytes(), "{x}");
+        assert_eq!(&bytes[12..12 + root.len()], root, "{x}");
     }
 }
 

@@ -380,8 +380,7 @@ fn cases(fx: &Fixture, kind: ExecutorKind) -> Vec<Case> {
     // policy's limit, for root and for any other user. (On an older kernel `bubblewrap` falls
     // back to a pids cgroup as root and to `RLIMIT_NPROC`, which counts all of the user's
     // processes, as another user: a looser bound, still well below the bomb.)
-    let namespaced = garuda_supervisor::executor::pidns::kernel_version()
-        .is_some_and(|v| v >= garuda_supervisor::executor::pidns::MIN_KERNEL);
+    let namespaced = garuda_supervisor::executor::pidns::pid_max_is_namespaced();
     let fork_limit = if kind == ExecutorKind::Bubblewrap && !is_root() && !namespaced {
         FORK_BOMB / 2
     } else {

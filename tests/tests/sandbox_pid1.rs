@@ -18,6 +18,10 @@
 //!   showed before: `NoNewPrivs: 0`, `Seccomp: 0`, every capability of the sandbox's user
 //!   namespace, and the canary in its environment and memory. It is not reachable from the
 //!   sandbox (it has no pid in the sandbox's namespace).
+//! - `bubblewrap` (Linux 6.14 and later): the waiter, bwrap's parent, is likewise a fork of
+//!   the supervisor holding the canary; it catches none of the signals garuda's forwarding
+//!   catches (a copy of that handler would kill whatever pid garuda had registered), while
+//!   garuda itself catches them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a failed test
 
 #[allow(dead_code)] // helpers shared with the contract suite; this one uses a few
@@ -222,6 +226,42 @@ fn check(kind: ExecutorKind) {
             expect(what, ok);
         }
     }
+    // (Where `pid_max` is per PID namespace: elsewhere bwrap is garuda's child itself.)
+    if kind == ExecutorKind::Bubblewrap
+        && garuda_supervisor::executor::pidns::pid_max_is_namespaced()
+    {
+        // bwrap is PID 1 of the spawn hook's PID namespace (PID 1's parent); its parent, the
+        // process `std` spawned, is a fork of garuda that waits for bwrap and never executes
+        // anything: a copy of garuda's signal forwarding handler must not run there.
+        let bwrap: u32 = status_field(pid1, "PPid").parse().unwrap();
+        let waiter: u32 = status_field(bwrap, "PPid").parse().unwrap();
+        expect(
+            format!("waiter ({waiter}), bwrap's parent, is garuda's child"),
+            status_field(waiter, "PPid") == garuda.to_string(),
+        );
+        let mask =
+            |pid: u32, field: &str| u64::from_str_radix(&status_field(pid, field), 16).unwrap();
+        let this = std::process::id();
+        for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
+            let bit = 1u64 << (signal - 1);
+            expect(
+                format!("waiter does not catch signal {signal}"),
+                mask(waiter, "SigCgt") & bit == 0,
+            );
+            // Control: garuda catches it (its forwarding), unless this test was started
+            // ignoring it (garuda then leaves it ignored).
+            expect(
+                format!("control, garuda catches signal {signal}"),
+                mask(garuda, "SigCgt") & bit != 0 || mask(this, "SigIgn") & bit != 0,
+            );
+        }
+        // Like landlock's `outer`, the waiter is a copy of garuda, the canary included; it has
+        // no pid in the command's namespace (the inside view above), so the command cannot
+        // reach it.
+        for (what, ok) in canary_checks("control, waiter", waiter, needle, true) {
+            expect(what, ok);
+        }
+    }
 
     // Let the probe finish.
     drop(child.stdin.take());
@@ -393,4 +433,98 @@ fn the_reaper_name_is_reserved_for_pid_1() {
             "{args:?}"
         );
     }
+}
+
+/// State and start time of `pid` (`/proc/PID/stat`), `None` once it is gone.
+fn state_and_start(pid: u32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name in parentheses: state is field 3, start time field 22.
+    let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some((rest.first()?.chars().next()?, rest.get(19)?.parse().ok()?))
+}
+
+/// Runs `sh -c 'echo ready; exec sleep 300'` through `garuda sandbox` with `kind`, kills garuda
+/// with `SIGKILL` (no handler runs, nothing is cleaned up) once the command is up, and returns
+/// the command's pid and what of everything garuda had started is still running (pid,
+/// command line) when every death signal had its chance (up to 5 s, which only the control
+/// waits out; a zombie counts as gone).
+fn survivors_of_a_killed_garuda(kind: ExecutorKind) -> (u32, Vec<(u32, String)>) {
+    let fx = Fixture::new(&format!("killed-{kind}"));
+    let mut child = Command::new(util::garuda_bin().unwrap())
+        .args(["sandbox", "--executor", kind.name(), "--project"])
+        .arg(&fx.project)
+        .args(["--", "/bin/sh", "-c", "echo ready; exec sleep 300"])
+        .current_dir(&fx.project)
+        .env_clear()
+        .envs(fx.vars.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready, "ready\n", "{kind}: the command did not start");
+    let cmdline = |p: u32| {
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default())
+            .replace('\0', " ")
+    };
+    let started: Vec<(u32, u64)> = descendants(child.id())
+        .into_iter()
+        .filter_map(|p| Some((p, state_and_start(p)?.1)))
+        .collect();
+    // Not vacuous: the command itself (the shell, or the `sleep` it becomes) is among them.
+    let is_command = |c: &str| c == "sleep 300 " || c.starts_with("/bin/sh -c echo ready");
+    let command = started
+        .iter()
+        .map(|(p, _)| *p)
+        .find(|p| is_command(&cmdline(*p)))
+        .unwrap_or_else(|| {
+            panic!(
+                "{kind}: the command is not below garuda: {:?}",
+                started.iter().map(|(p, _)| cmdline(*p)).collect::<Vec<_>>()
+            )
+        });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let alive = || -> Vec<(u32, String)> {
+        started
+            .iter()
+            .filter(|(p, start)| {
+                state_and_start(*p).is_some_and(|(state, now)| now == *start && state != 'Z')
+            })
+            .map(|(p, _)| (*p, cmdline(*p)))
+            .collect()
+    };
+    for _ in 0..500 {
+        if alive().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    (command, alive())
+}
+
+/// T21: a supervisor killed outright (`SIGKILL`, the OOM killer) takes its sandbox with it:
+/// every process it started dies by the death signals (`landlock`: the init and PID 1;
+/// `bubblewrap`: the spawned process that waits for bwrap, then bwrap and its namespace).
+/// Negative control: `host`'s command, only in a process group of its own, outlives garuda.
+#[test]
+fn a_killed_supervisor_takes_its_sandbox_with_it() {
+    for kind in [ExecutorKind::Landlock, ExecutorKind::Bubblewrap] {
+        assert_eq!(survivors_of_a_killed_garuda(kind).1, [], "{kind}");
+    }
+    let (command, left) = survivors_of_a_killed_garuda(ExecutorKind::Host);
+    for (pid, _) in &left {
+        // The control's survivors are this test's to end.
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert!(
+        left.iter().any(|(pid, _)| *pid == command),
+        "host: the command ({command}) did not outlive garuda: {left:?}"
+    );
 }

@@ -159,10 +159,17 @@ impl Outside {
 /// arguments a moment later: read in that window the file is empty. So an empty read is read
 /// again, for up to about 100 ms; anything else (or still nothing) is what the check judges.
 fn pid1_cmdline() -> Vec<u8> {
-    for _ in 0..100 {
-        let cmdline = std::fs::read("/proc/1/cmdline").unwrap_or_default();
-        if !cmdline.is_empty() {
-            return cmdline;
+    reread_while_empty(|| std::fs::read("/proc/1/cmdline").unwrap_or_default(), 100)
+}
+
+/// `read`, again (1 ms apart, at most `tries` times in all) only while it gives nothing: the
+/// first answer that is not empty is returned as it is, so a wrong one is judged, never read
+/// again until it looks right; still nothing (or a read error) is returned empty.
+fn reread_while_empty(mut read: impl FnMut() -> Vec<u8>, tries: usize) -> Vec<u8> {
+    for _ in 0..tries {
+        let answer = read();
+        if !answer.is_empty() {
+            return answer;
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
@@ -422,5 +429,40 @@ mod tests {
         let mut o = spawned();
         o.threads = Some(3);
         assert!(o.problems()[0].contains("threads"));
+    }
+
+    /// PID 1's command line is read again only while it is empty: a wrong one is judged as it
+    /// first came (the retry cannot turn a failure into a pass), and endless emptiness ends.
+    #[test]
+    fn pid1_cmdline_is_read_again_only_while_empty() {
+        let answers = |list: Vec<&'static [u8]>| {
+            let mut it = list.into_iter();
+            move || it.next().unwrap_or(b"").to_vec()
+        };
+        let judged = |cmdline: Vec<u8>| {
+            let mut o = spawned();
+            o.pid1_cmdline = cmdline;
+            o.problems()
+        };
+        let reaper: &[u8] = b"garuda-sandbox-init\x002\x00";
+        // The exec's window: empty twice, then the reaper's arguments: a pass.
+        let got = reread_while_empty(answers(vec![b"", b"", reaper]), 100);
+        assert_eq!(got, reaper);
+        assert_eq!(judged(got), Vec::<String>::new());
+        // Negative control: a wrong PID 1 first, the reaper after: the wrong one is judged.
+        let got = reread_while_empty(answers(vec![b"/sbin/init\x00", reaper]), 100);
+        assert_eq!(got, b"/sbin/init\x00");
+        assert!(judged(got)[0].contains("PID namespace"));
+        // Never anything: the reads stop after `tries`, and the empty answer fails.
+        let mut reads = 0;
+        let got = reread_while_empty(
+            || {
+                reads += 1;
+                Vec::new()
+            },
+            5,
+        );
+        assert_eq!(reads, 5);
+        assert!(judged(got)[0].contains("PID namespace"));
     }
 }

@@ -255,7 +255,7 @@ pub fn availability() -> Result<String, String> {
             String::from_utf8_lossy(&probe.stderr).trim()
         ));
     }
-    let limit = if pid_max_is_namespaced() {
+    let limit = if super::pidns::pid_max_is_namespaced() {
         "process limit: pid_max of a PID namespace"
     } else if sys::current_uid() != 0 {
         "process limit: RLIMIT_NPROC"
@@ -299,10 +299,6 @@ fn namespace_pid_max(max: u32) -> u32 {
         .saturating_add(BWRAP_OWN_PROCESSES)
 }
 
-fn pid_max_is_namespaced() -> bool {
-    super::pidns::kernel_version().is_some_and(|v| v >= super::pidns::MIN_KERNEL)
-}
-
 fn running_processes() -> u64 {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
@@ -312,7 +308,7 @@ fn running_processes() -> u64 {
 }
 
 fn process_limit(max: u32) -> ProcessLimit {
-    if pid_max_is_namespaced() {
+    if super::pidns::pid_max_is_namespaced() {
         return ProcessLimit::PidNamespace(namespace_pid_max(max));
     }
     if sys::current_uid() != 0 {
@@ -502,11 +498,19 @@ impl Executor for BubblewrapExecutor {
         let (nproc, cgroup_procs, pid_max) = match &limit {
             ProcessLimit::PidNamespace(max) => (None, None, Some(max.to_string().into_bytes())),
             ProcessLimit::Rlimit(n) => (Some(*n), None, None),
-            ProcessLimit::Cgroup(dir) => (
-                None,
-                CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).ok(),
-                None,
-            ),
+            // Fail closed: a path the hook cannot write to would mean no limit at all.
+            ProcessLimit::Cgroup(dir) => {
+                match CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()) {
+                    Ok(procs) => (None, Some(procs), None),
+                    Err(e) => {
+                        remove_limit(&limit);
+                        return Err(ExecError::Setup {
+                            stage: "process limit".into(),
+                            error: std::io::Error::other(e),
+                        });
+                    }
+                }
+            }
             // Fail closed: without a process limit a fork bomb would reach the host.
             ProcessLimit::None => {
                 return Err(ExecError::Unavailable {

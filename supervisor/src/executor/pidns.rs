@@ -18,3 +18,8 @@ pub fn kernel_version() -> Option<(u32, u32)> {
     let mut it = release.trim().split(['.', '-']);
     Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
+
+/// Whether `pid_max` is per PID namespace on the running kernel (Linux [`MIN_KERNEL`] or later).
+pub fn pid_max_is_namespaced() -> bool {
+    kernel_version().is_some_and(|v| v >= MIN_KERNEL)
+}

@@ -43,7 +43,8 @@ pub const DIR: &str = "cache";
 /// The cache's file, in [`DIR`].
 pub const FILE: &str = "executors.json";
 /// Format version; a file of another version is ignored. 2: bubblewrap's detail names its
-/// process limit as a PID namespace's `pid_max` (issue 12), so answers cached before are probed
+/// process limit as a PID namespace's `pid_max` (issue 12), and on Linux 6.14 and later root
+/// without a `pids` cgroup no longer makes it unavailable, so answers cached before are probed
 /// again.
 const VERSION: u32 = 2;
 /// A longer file is not read (it is not one Garuda wrote).
