@@ -224,6 +224,14 @@ pub enum UiEvent {
         /// The running total.
         usage: Usage,
     },
+    /// The last `bytes` of visible text sent in this model call are withdrawn: its stream
+    /// broke and the request is sent again, so the answer starts over. A display that already
+    /// showed them keeps them (a notice said why); a final answer (`garuda -p`'s `result`)
+    /// drops them.
+    TextRetracted {
+        /// Bytes of UTF-8 text withdrawn, counted from the end of what was sent.
+        bytes: u64,
+    },
     /// A notice to show once (a retried stream, a raised output limit).
     Notice {
         /// The notice.

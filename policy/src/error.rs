@@ -259,6 +259,19 @@ pub enum PolicyError {
         secret: PathBuf,
     },
 
+    /// A folder of the project was a folder when its parent was listed and is not one when
+    /// the walk opens it (swapped for a link or a file: another process is changing the
+    /// project). The walk does not go through what took its place, nor skip it: a secret in
+    /// the folder that moved could be missed.
+    #[error(
+        "{} stopped being a folder while the project was walked (another process changed it); nothing was run: try again once it is still",
+        path.display()
+    )]
+    FolderChangedDuringWalk {
+        /// The folder.
+        path: PathBuf,
+    },
+
     /// A directory needed by the policy could not be listed.
     #[error("cannot list {}: {source}", path.display())]
     ReadDir {

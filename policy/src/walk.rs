@@ -98,13 +98,18 @@ pub(crate) fn scan_project(
     while let Some(dir) = pending.pop() {
         // An unlistable directory is an error, not a skip: the command runs as the same user,
         // can `chmod` it back (it is writable) and read a `.env` the walk never saw.
-        let listing =
-            cache
-                .list(&dir, is_env_file_name)
-                .map_err(|source| PolicyError::ReadDir {
+        let listing = cache.list(&dir, is_env_file_name).map_err(|source| {
+            // Opened without following links: a folder its parent listed that is now a link
+            // (ELOOP, ENOTDIR) or a file (ENOTDIR) changed under the walk.
+            if dir != root && matches!(source.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) {
+                PolicyError::FolderChangedDuringWalk { path: dir.clone() }
+            } else {
+                PolicyError::ReadDir {
                     path: dir.clone(),
                     source,
-                })?;
+                }
+            }
+        })?;
         for name in &listing.env {
             // Through a link the secret is the target; a dangling link holds nothing.
             if let Some(secret) = canonical_if_exists(&dir.join(name))? {

@@ -720,39 +720,12 @@ pub(crate) fn describe_error(e: &anyhow::Error) -> String {
     out
 }
 
-/// [`refuse_weaker_project_executor`] when the executor comes from the project's file: what
-/// `garuda sandbox` checks, and the agent's in-process runner with it.
-pub(crate) fn check_project_executor(settings: &EffectiveSettings, home: &Path) -> Result<()> {
-    match &settings.executor_origin {
-        Some(origin) if origin.kind == SourceKind::Project => {
-            refuse_weaker_project_executor(settings.executor, &origin.path, home)
-        }
-        _ => Ok(()),
+/// [`executor::select::weaker_project_executor`] as `garuda sandbox`'s error.
+fn check_project_executor(settings: &EffectiveSettings, home: &Path) -> Result<()> {
+    match executor::select::weaker_project_executor(settings, home) {
+        Some(refusal) => bail!("{refusal}"),
+        None => Ok(()),
     }
-}
-
-/// A project file may require a sandbox, never a weaker one than `auto` would pick here: a
-/// cloned repository must not be able to trade Landlock for a lesser executor.
-fn refuse_weaker_project_executor(choice: ExecutorChoice, file: &Path, home: &Path) -> Result<()> {
-    let named = match choice {
-        ExecutorChoice::Auto => return Ok(()),
-        ExecutorChoice::Landlock => ExecutorKind::Landlock,
-        ExecutorChoice::Bubblewrap => ExecutorKind::Bubblewrap,
-        ExecutorChoice::Seatbelt => ExecutorKind::Seatbelt,
-        ExecutorChoice::Host => ExecutorKind::Host,
-    };
-    let rank = |k: ExecutorKind| ExecutorKind::ALL.iter().position(|x| *x == k);
-    // The probe cache only adds positives: it can make this stricter, never looser.
-    if let Some(best) = executor::select::strongest_available_cached(Some(home)) {
-        if rank(named) > rank(best) {
-            bail!(
-                "{} asks for executor {named}, weaker than {} which this machine has; a project file can only tighten the sandbox",
-                file.display(),
-                best
-            );
-        }
-    }
-    Ok(())
 }
 
 /// Where `garuda sandbox` got its project folder: the hints for a project that is too broad

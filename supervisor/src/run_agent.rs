@@ -790,10 +790,12 @@ fn command_executor(
     let sandboxed = selection.executor.kind().is_sandbox();
     // A project file that asks for a weaker executor than this machine has is refused by
     // `garuda sandbox`: every command goes to it, and is refused there, as without `-p`.
-    if let Err(e) = crate::cli::check_project_executor(settings, &host.garuda_home) {
+    if let Some(refusal) =
+        crate::executor::select::weaker_project_executor(settings, &host.garuda_home)
+    {
         eprintln!(
             "garuda: {}: the session's commands are refused",
-            garuda_text::visible(&format!("{e:#}"))
+            garuda_text::visible(&refusal)
         );
         return Ok((sandboxed, None));
     }
@@ -878,11 +880,36 @@ impl Printer {
                     OutputFormat::Json => {}
                 }
             }
+            UiEvent::TextRetracted { bytes } => self.retract(*bytes),
             UiEvent::Notice { text } => {
                 eprintln!("garuda: {}", garuda_text::visible(text));
             }
             // The supervisor prints its own line for each request it runs (`Shown`).
             UiEvent::ToolProgress { .. } | UiEvent::Usage { .. } => {}
+        }
+    }
+
+    /// Drops the last `bytes` of the answer (a broken stream the agent sends again): the
+    /// `result` holds the answer once. What the terminal or a stream-json reader already got
+    /// stays; text mode's notice said the request is sent again, and stream-json gets a line
+    /// saying how much to drop. The count is the agent's: past the answer's start it drops
+    /// the whole answer, inside a character it drops that character too.
+    fn retract(&mut self, bytes: u64) {
+        let mut keep = self
+            .text
+            .len()
+            .saturating_sub(usize::try_from(bytes).unwrap_or(usize::MAX));
+        while !self.text.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        self.text.truncate(keep);
+        if self.format == OutputFormat::StreamJson {
+            self.line(&json!({
+                "type": "system",
+                "subtype": "text_retracted",
+                "session_id": self.session,
+                "bytes": bytes,
+            }));
         }
     }
 

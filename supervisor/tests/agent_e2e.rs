@@ -488,6 +488,7 @@ both!(
     sigint_exits_130_and_the_agent_is_gone,
     json_output_is_one_result_object,
     stream_json_is_only_json_lines_ending_with_the_result,
+    a_broken_streams_text_is_not_in_the_result,
     resume_continues_with_the_same_messages,
     the_key_reaches_no_environment_journal_audit_or_output,
     three_reads_come_back_in_call_order,
@@ -999,6 +1000,55 @@ fn stream_json_is_only_json_lines_ending_with_the_result(d: Dialect) {
         1,
         "{stdout}"
     );
+}
+
+/// A stream that breaks after some text is sent again; the `result` holds the answer once.
+/// Control: the streamed lines did carry the broken attempt's text (a result built from every
+/// delta would start with it), and the `text_retracted` line names exactly its bytes.
+fn a_broken_streams_text_is_not_in_the_result(d: Dialect) {
+    let answer = "The answer is forty-two, as the README says.";
+    let e = E2e::new(
+        "garuda-agent-e2e",
+        d,
+        vec![
+            Scripted::text(answer).pieces(3).cut_after(6),
+            Scripted::text(answer).pieces(3),
+        ],
+    );
+    let out = e.run(&["-p", "what is it?", "--output-format", "stream-json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("the model's stream broke"),
+        "{}",
+        text(&out.stderr)
+    );
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let streamed: String = lines
+        .iter()
+        .filter(|l| l["type"] == "assistant")
+        .flat_map(|l| l["message"]["content"].as_array().unwrap().clone())
+        .map(|b| b["text"].as_str().unwrap().to_string())
+        .collect();
+    let partial = streamed
+        .strip_suffix(answer)
+        .unwrap_or_else(|| panic!("{streamed:?}"));
+    assert!(
+        !partial.is_empty() && answer.starts_with(partial),
+        "the broken attempt streamed text first: {streamed:?}"
+    );
+    let retracted: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["subtype"] == "text_retracted")
+        .collect();
+    assert_eq!(retracted.len(), 1, "{lines:?}");
+    assert_eq!(retracted[0]["bytes"], partial.len(), "{lines:?}");
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "result", "{last}");
+    assert_eq!(last["result"], answer, "{last}");
+    assert_eq!(e.model_requests().len(), 2);
 }
 
 // ---------------------------------------------------------------------------------------------

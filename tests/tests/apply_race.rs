@@ -19,7 +19,8 @@
 //!   it.
 //!
 //! Each of the three (CLI, library, copies) races a swapper of its own, stopped when it ends,
-//! so each swapper's count is the swaps made against that one: at least [`MIN_SWAPS`] each.
+//! so each swapper's count is the swaps made against that one: at least [`MIN_SWAPS`] each
+//! (the CLI runs and the copies go on past their counts until their swapper reached it).
 //! Then `OUTSIDE` must still be empty. **Negative controls**, in the same test against the
 //! same swapper program (started again): a path-based writer (check `d` by name, then
 //! `fs::write(project.join("d/…"))`, the way apply used to resolve paths) does write into
@@ -132,6 +133,10 @@ impl Drop for World {
 struct Swapper {
     child: Option<Child>,
     stop: PathBuf,
+    /// Swaps made so far (the probe's `at=N` lines), and the reader of its stdout, which
+    /// returns the whole output.
+    made: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    reader: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Swapper {
@@ -156,9 +161,30 @@ impl Swapper {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let mut child = child;
+        let made = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let reader = {
+            let made = std::sync::Arc::clone(&made);
+            let stdout = child.stdout.take().unwrap();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                let mut all = String::new();
+                for line in std::io::BufReader::new(stdout).lines() {
+                    let line = line.unwrap_or_default();
+                    if let Some(n) = line.strip_prefix("at=").and_then(|n| n.parse().ok()) {
+                        made.store(n, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    all.push_str(&line);
+                    all.push('\n');
+                }
+                all
+            })
+        };
         let mut s = Swapper {
             child: Some(child),
             stop,
+            made,
+            reader: Some(reader),
         };
         // The race starts once the loop runs: `d` has been seen as a link. (A bound against a
         // hang, not a timing assertion.)
@@ -185,9 +211,20 @@ impl Swapper {
     fn finish(&mut self) -> Output {
         let _ = fs::write(&self.stop, "");
         let child = self.child.take().expect("the swapper runs");
-        let out = child.wait_with_output().unwrap();
+        let mut out = child.wait_with_output().unwrap();
+        out.stdout = self
+            .reader
+            .take()
+            .map(|r| r.join().unwrap())
+            .unwrap_or_default()
+            .into_bytes();
         let _ = fs::remove_file(&self.stop);
         out
+    }
+
+    /// Swaps made so far (to within the probe's progress step).
+    fn made(&self) -> u64 {
+        self.made.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// [`Swapper::finish`], then the number of swaps it made, checking that it ran the whole
@@ -196,7 +233,9 @@ impl Swapper {
         let out = self.finish();
         let stdout = text(&out.stdout);
         let swaps = stdout
-            .trim()
+            .lines()
+            .last()
+            .unwrap_or_default()
             .strip_prefix("swaps=")
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| {
@@ -354,6 +393,10 @@ enum CliOutcome {
     /// The command never managed to write (its view had the link at `d` each time): nothing
     /// to apply.
     NothingStaged,
+    /// The policy's walk of the project opened `d` or `d.link` (a folder when the top was
+    /// listed) and met the link the swapper had just put there: the run was refused before
+    /// its command.
+    WalkRefused,
 }
 
 fn classify_cli(out: &Output, executor: &str, name: &str) -> CliOutcome {
@@ -375,6 +418,12 @@ fn classify_cli(out: &Output, executor: &str, name: &str) -> CliOutcome {
             CliOutcome::Conflict
         }
         Some(7) if err.contains("the command changed nothing") => CliOutcome::NothingStaged,
+        Some(125)
+            if (err.contains("/project/d stopped being a folder while the project was walked")
+                || err.contains("/project/d.link stopped being a folder while the project was walked")) =>
+        {
+            CliOutcome::WalkRefused
+        }
         _ => panic!(
             "{executor}/{name}: an outcome that is neither applied nor refused (exit {:?}):\n{err}",
             out.status.code()
@@ -411,15 +460,18 @@ struct Copies {
     refused: usize,
 }
 
-/// Copy-backend sessions racing the swapper, until [`MIN_COPIED`] got through: each copies
+/// Copy-backend sessions racing the swapper, until [`MIN_COPIED`] got through and the swapper
+/// made [`MIN_SWAPS`] swaps against them: each copies
 /// the project and brings the copy up to date once; after each step no file of the copy may
 /// hold the outside secret. Each step either works or is refused with `UnsafeProjectPath`.
-fn copy_sessions(w: &World, executor: &str) -> Copies {
+fn copy_sessions(w: &World, executor: &str, swapper: &Swapper) -> Copies {
     let home = w.base.join("copy-home");
     fs::create_dir_all(&home).unwrap();
     let mut copies = Copies::default();
     for i in 0..COPY_SESSIONS_MAX {
-        if copies.copied >= MIN_COPIED {
+        // Enough got through, and the swapper made its floor of swaps against them (a few
+        // copies can end within fewer swaps on a loaded machine: more are raced).
+        if copies.copied >= MIN_COPIED && swapper.made() >= MIN_SWAPS {
             break;
         }
         let mut s = match Session::create(&home, &w.project, BackendChoice::Copy, false) {
@@ -470,7 +522,11 @@ fn race(executor: &str) {
     // The copy backend's copies are raced below.
     let swapper = Swapper::start(&w, executor);
     let mut cli = Vec::new();
-    for k in 0..CLI_RUNS {
+    // At least CLI_RUNS, and on until the swapper made its floor against them (bounded).
+    for k in 0..10 * CLI_RUNS {
+        if k >= CLI_RUNS && swapper.made() >= MIN_SWAPS {
+            break;
+        }
         let name = format!("cli-{k}.txt");
         let out = cli_apply(&w, executor, &name);
         cli.push((name.clone(), classify_cli(&out, executor, &name)));
@@ -492,7 +548,7 @@ fn race(executor: &str) {
     // no staging copy may ever hold it (initial copy and syncs).
     fs::write(w.outside.join("secret.txt"), SECRET).unwrap();
     let swapper = Swapper::start(&w, executor);
-    let copies = copy_sessions(&w, executor);
+    let copies = copy_sessions(&w, executor, &swapper);
     let copy_swaps = swapper.swaps(&w, executor);
 
     // Negative controls, against the same swapper program.

@@ -212,6 +212,9 @@ impl<'a, M: Model, S: Supervisor> Agent<'a, M, S> {
     pub async fn run_turn(&mut self, prompt: &str) -> Result<TurnOutcome, LinkError> {
         let core = &self.core;
         core.turn_usage.set(Usage::default());
+        if let Some(unanswered) = results_owed(&self.conv.messages) {
+            core.push(&mut self.conv, unanswered).await?;
+        }
         core.push(&mut self.conv, user_text(prompt)).await?;
         let limits = RunLimits {
             max_steps: core.config.max_steps,
@@ -334,6 +337,34 @@ impl Repeats {
     }
 }
 
+/// What a tool call left without a result says: the session ended (a kill, a crash) after
+/// the call was journaled and before its result was.
+pub const NOT_RUN_SESSION_ENDED: &str =
+    "not run: the session ended before this call ran; run it again if it is still needed";
+
+/// The results owed to a conversation that ends with tool calls: every provider refuses a
+/// request whose tool calls have no results, so a resumed session could send nothing. Each
+/// call gets an error result saying it did not run (`None` when nothing is owed).
+fn results_owed(messages: &[Message]) -> Option<Message> {
+    let last = messages.last().filter(|m| m.role == Role::Assistant)?;
+    let content: Vec<Block> = last
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            Block::ToolUse { id, .. } => Some(Block::ToolResult {
+                tool_use_id: id.clone(),
+                content: NOT_RUN_SESSION_ENDED.into(),
+                is_error: true,
+            }),
+            _ => None,
+        })
+        .collect();
+    (!content.is_empty()).then_some(Message {
+        role: Role::User,
+        content,
+    })
+}
+
 fn user_text(text: &str) -> Message {
     Message {
         role: Role::User,
@@ -444,9 +475,18 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
     ) -> Result<Called, LinkError> {
         let mut held = Vec::new();
         let mut refused = None;
+        // Bytes of text shown from the current attempt: a retried attempt withdraws them (its
+        // stream broke; the answer starts over), so a final answer holds each text once.
+        let streamed = std::cell::Cell::new(0u64);
+        let link = self.link;
         let outcome = {
-            let mut meter = |_: Attempt| match budget.reserve(need) {
+            let mut meter = |attempt: Attempt| match budget.reserve(need) {
                 Ok(r) => {
+                    if attempt.retry > 0 && streamed.get() > 0 {
+                        link.ui(UiEvent::TextRetracted {
+                            bytes: streamed.replace(0),
+                        });
+                    }
                     held.push(r);
                     Ok(())
                 }
@@ -457,9 +497,9 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
                     Err(ModelError::Cancelled)
                 }
             };
-            let link = self.link;
             let mut events = |e: StreamEvent| match e {
                 StreamEvent::TextDelta(text) if stream_text => {
+                    streamed.set(streamed.get().saturating_add(text.len() as u64));
                     link.ui(UiEvent::TextDelta { text });
                 }
                 StreamEvent::TextDelta(_) => {}

@@ -7,7 +7,9 @@ use garuda_ipc::{Answer, CommandDone, ErrorCode, GrepMatch, Request, StopReason,
 use serde_json::json;
 
 use crate::model::{Block, FinishReason, Message, ModelError, ModelResponse, Role, TokenUsage};
-use crate::turn::agent_loop::{CONTINUE_PROMPT, EXPLORE_SYSTEM, WRAP_UP_PROMPT};
+use crate::turn::agent_loop::{
+    CONTINUE_PROMPT, EXPLORE_SYSTEM, NOT_RUN_SESSION_ENDED, WRAP_UP_PROMPT,
+};
 use crate::turn::compact::{SUMMARY_PREFIX, SUMMARY_SYSTEM};
 use crate::turn::journal::{rebuild, Record};
 use crate::turn::testkit::{calls, text, Event, MockSupervisor, Reply, ScriptedModel};
@@ -530,6 +532,50 @@ async fn retries_each_reserve_and_only_the_last_attempt_settles() {
         .unwrap();
     // Two broken attempts kept whole, the third settled to its usage.
     assert_eq!(charged, 2 * need + 110);
+}
+
+/// Text a broken stream showed is withdrawn when the request is sent again, so a final
+/// answer built from the deltas holds the answer once. Control: a retry after a status (no
+/// text streamed) and a call that did not break withdraw nothing.
+#[tokio::test]
+async fn a_broken_streams_text_is_withdrawn_at_its_retry() {
+    let model = ScriptedModel::default();
+    model.script(
+        SYS,
+        vec![
+            Reply::BrokenWithText(
+                vec!["The fix is ".into(), "The fíx".into()],
+                calls(&[("t1", "glob", json!({"pattern": "*"}))], (10, 1)),
+            ),
+            Reply::RetryThen(1, text("done", (10, 1))),
+        ],
+    );
+    let sup = supervisor();
+    let out = one_turn(&model, &sup, LoopConfig::default()).await;
+    assert_eq!(out.reason, StopReason::Done);
+    let shown: String = sup.ui.borrow().iter().fold(String::new(), |mut acc, e| {
+        match e {
+            UiEvent::TextDelta { text } => acc.push_str(text),
+            UiEvent::TextRetracted { bytes } => {
+                let keep = acc.len() - usize::try_from(*bytes).unwrap();
+                acc.truncate(keep);
+            }
+            _ => {}
+        }
+        acc
+    });
+    assert_eq!(shown, "done");
+    let retracted: Vec<u64> = sup
+        .ui
+        .borrow()
+        .iter()
+        .filter_map(|e| match e {
+            UiEvent::TextRetracted { bytes } => Some(*bytes),
+            _ => None,
+        })
+        .collect();
+    // "The fíx" is 8 bytes (í is two); the status retry streamed nothing.
+    assert_eq!(retracted, vec![11, 8]);
 }
 
 #[tokio::test]
@@ -1269,6 +1315,83 @@ async fn a_resumed_session_sends_the_same_messages_and_keeps_its_spend() {
         .content
         .iter()
         .any(|b| matches!(b, Block::ToolResult { .. }))));
+}
+
+/// A session killed after its tool calls were journaled and before their results were: the
+/// resumed turn first gives each call a "not run" error result (journaled, so a later resume
+/// has it too), then the prompt. Control: the cut journal alone leaves the calls unanswered,
+/// a request every provider refuses.
+#[tokio::test]
+async fn a_resume_after_a_kill_answers_the_calls_left_without_results() {
+    let model = ScriptedModel::default();
+    model.script(
+        SYS,
+        vec![
+            Reply::Respond(calls(
+                &[
+                    ("t1", "read_file", json!({"path": "a"})),
+                    ("t2", "glob", json!({"pattern": "*"})),
+                ],
+                (50, 5),
+            )),
+            Reply::Respond(text("first answer", (60, 5))),
+        ],
+    );
+    let sup = supervisor();
+    let mut agent = Agent::new(&model, &sup, LoopConfig::default(), SYS.into());
+    agent.run_turn("first").await.unwrap();
+    drop(agent);
+    // The kill: the journal ends at the assistant's tool calls.
+    let lines = sup.journal_lines();
+    let cut = lines
+        .iter()
+        .position(|l| l.contains("\"tool_use\""))
+        .unwrap();
+    let refs: Vec<&str> = lines[..=cut].iter().map(String::as_str).collect();
+    let rebuilt = rebuild(&refs).unwrap();
+    let last = rebuilt.messages.last().unwrap();
+    assert!(
+        last.role == Role::Assistant
+            && last
+                .content
+                .iter()
+                .any(|b| matches!(b, Block::ToolUse { .. })),
+        "control: the cut journal ends with calls and no results"
+    );
+
+    let model2 = ScriptedModel::default();
+    model2.script(SYS, vec![Reply::Respond(text("second", (70, 5)))]);
+    let sup2 = supervisor();
+    let mut resumed = Agent::resume(&model2, &sup2, LoopConfig::default(), SYS.into(), rebuilt);
+    let out = resumed.run_turn("second").await.unwrap();
+    assert_eq!(out.reason, StopReason::Done);
+    let sent = model2.requests.borrow()[0].messages.clone();
+    every_tool_use_has_a_result(&sent);
+    let owed = &sent[sent.len() - 2];
+    let results: Vec<(&str, &str, bool)> = owed
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => Some((tool_use_id.as_str(), content.as_str(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        vec![
+            ("t1", NOT_RUN_SESSION_ENDED, true),
+            ("t2", NOT_RUN_SESSION_ENDED, true)
+        ]
+    );
+    // Journaled: the resumed session's own journal rebuilds to a valid conversation.
+    let mut all = refs.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+    all.extend(sup2.journal_lines());
+    let again: Vec<&str> = all.iter().map(String::as_str).collect();
+    every_tool_use_has_a_result(&rebuild(&again).unwrap().messages);
 }
 
 #[tokio::test]

@@ -22,6 +22,9 @@ pub enum Reply {
     Respond(ModelResponse),
     /// Meter `failures + 1` times (retries after broken streams), then respond.
     RetryThen(u32, ModelResponse),
+    /// One broken attempt per text (each streams its text, then breaks), then a last attempt
+    /// that responds.
+    BrokenWithText(Vec<String>, ModelResponse),
     /// Meter once, then fail with no usage.
     Fail(ModelError),
     /// Meter once, then never answer (a request in flight when the turn is cancelled).
@@ -117,6 +120,19 @@ impl Model for ScriptedModel {
                             ));
                         }
                     }
+                    r
+                }
+                Reply::BrokenWithText(partials, r) => {
+                    let mut retry = 0;
+                    for partial in partials {
+                        self.meter(meter, retry)?;
+                        events(StreamEvent::TextDelta(partial));
+                        events(StreamEvent::Notice(
+                            "the stream broke; sending again".into(),
+                        ));
+                        retry += 1;
+                    }
+                    self.meter(meter, retry)?;
                     r
                 }
                 Reply::Fail(e) => {

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::path::Path;
 
-use garuda_policy::ExecutorChoice;
+use garuda_policy::{EffectiveSettings, ExecutorChoice, SourceKind};
 use serde::Serialize;
 
 use super::bubblewrap::{self, BubblewrapExecutor};
@@ -233,6 +233,34 @@ fn select_from(
     Err(ExecError::Unavailable {
         executor: ExecutorKind::Host,
         reason: "no executor is available".into(),
+    })
+}
+
+/// Why the executor a project's own file names is refused, when it is weaker than the
+/// strongest this machine has (`auto`'s pick): a cloned repository must not be able to trade
+/// Landlock for a lesser executor; a project file can only tighten the sandbox. `garuda
+/// sandbox` refuses the run; the agent's in-process runner sends every command to it. `None`
+/// when the executor does not come from a project file, or is not weaker.
+pub fn weaker_project_executor(settings: &EffectiveSettings, home: &Path) -> Option<String> {
+    let origin = settings.executor_origin.as_ref()?;
+    if origin.kind != SourceKind::Project {
+        return None;
+    }
+    let named = match settings.executor {
+        ExecutorChoice::Auto => return None,
+        ExecutorChoice::Landlock => ExecutorKind::Landlock,
+        ExecutorChoice::Bubblewrap => ExecutorKind::Bubblewrap,
+        ExecutorChoice::Seatbelt => ExecutorKind::Seatbelt,
+        ExecutorChoice::Host => ExecutorKind::Host,
+    };
+    let rank = |k: ExecutorKind| ExecutorKind::ALL.iter().position(|x| *x == k);
+    // The probe cache only adds positives: it can make this stricter, never looser.
+    let best = strongest_available_cached(Some(home))?;
+    (rank(named) > rank(best)).then(|| {
+        format!(
+            "{} asks for executor {named}, weaker than {best} which this machine has; a project file can only tighten the sandbox",
+            origin.path.display()
+        )
     })
 }
 

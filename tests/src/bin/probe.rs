@@ -314,9 +314,18 @@ fn spam(total: u64) -> Result<Option<String>, String> {
 /// (a link to a folder outside the project) with `renameat2(RENAME_EXCHANGE)` over and over,
 /// so the name `a` is a folder and a link in turn with no moment where it is missing, until
 /// `stop` exists. Ends with `a` the folder again and prints `swaps=N`, or the first error.
+/// Swaps between progress lines (`at=N` on stdout), so a test can keep racing until enough
+/// swaps were made against its work.
+const SWAP_PROGRESS_EVERY: u64 = 500;
+
 fn swap_loop(a: &CString, b: &CString, stop: &CString) -> String {
     let mut swaps: u64 = 0;
     loop {
+        if swaps > 0 && swaps.is_multiple_of(SWAP_PROGRESS_EVERY) {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "at={swaps}");
+            let _ = out.flush();
+        }
         // SAFETY: valid C string.
         if unsafe { libc::access(stop.as_ptr(), libc::F_OK) } == 0 && swaps.is_multiple_of(2) {
             return format!("swaps={swaps}");
