@@ -176,35 +176,98 @@ pub fn split(line: &str) -> Result<Vec<SimpleCommand>, SplitError> {
             max: MAX_LINE_BYTES,
         });
     }
-    let owned = line.to_owned();
-    let handle = std::thread::Builder::new()
-        .name("garuda-split".to_owned())
-        .stack_size(PARSER_STACK_BYTES)
-        .spawn(move || {
-            let mut walker = Walker::new();
-            walker.script(&owned, 0, &[])?;
-            if !walker.reads.is_empty() {
-                // Read by a redirection with no command (`< file`): still a read of the line.
-                let reads = std::mem::take(&mut walker.reads);
-                walker.out.push(SimpleCommand {
-                    argv: Vec::new(),
-                    writes: Vec::new(),
-                    dynamic: false,
-                    reads,
-                });
+    parser::run(line)
+}
+
+/// The parser's own thread, started once and kept: a thread with
+/// [`PARSER_STACK_BYTES`] of stack per line cost about 0.1 ms (the stack's mapping and the
+/// thread's start), paid on every command an agent runs. Lines are parsed one at a time, in the
+/// order they come; a panic of the parser is caught on that thread and is that line's
+/// [`SplitError::Internal`], and the thread goes on.
+mod parser {
+    use std::sync::mpsc::{self, Receiver, SyncSender};
+    use std::sync::{Mutex, OnceLock};
+
+    use super::{panic_message, preview, SimpleCommand, SplitError, Walker, PARSER_STACK_BYTES};
+
+    type Job = (String, SyncSender<Result<Vec<SimpleCommand>, SplitError>>);
+
+    static JOBS: OnceLock<Mutex<Option<SyncSender<Job>>>> = OnceLock::new();
+
+    pub(super) fn run(line: &str) -> Result<Vec<SimpleCommand>, SplitError> {
+        let internal = |reason: String| SplitError::Internal {
+            line: preview(line),
+            reason,
+        };
+        let (reply, answer) = mpsc::sync_channel(1);
+        let job: Job = (line.to_owned(), reply);
+        {
+            let mut jobs = JOBS
+                .get_or_init(|| Mutex::new(None))
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let sent = match jobs.as_ref() {
+                Some(tx) => tx.send(job).map_err(|e| e.0),
+                None => Err(job),
+            };
+            if let Err(job) = sent {
+                // Not started yet (or gone): start it, and hand it the line.
+                let tx = start()
+                    .map_err(|e| internal(format!("cannot start the parser thread: {e}")))?;
+                tx.send(job)
+                    .map_err(|_| internal("the parser thread is gone".into()))?;
+                *jobs = Some(tx);
             }
-            Ok(walker.out)
-        })
-        .map_err(|e| SplitError::Internal {
-            line: preview(line),
-            reason: format!("cannot start the parser thread: {e}"),
-        })?;
-    match handle.join() {
-        Ok(result) => result,
-        Err(panic) => Err(SplitError::Internal {
-            line: preview(line),
-            reason: panic_message(panic.as_ref()),
-        }),
+        }
+        answer
+            .recv()
+            .map_err(|_| internal("the parser thread is gone".into()))?
+    }
+
+    fn start() -> std::io::Result<SyncSender<Job>> {
+        let (tx, rx) = mpsc::sync_channel::<Job>(0);
+        std::thread::Builder::new()
+            .name("garuda-split".to_owned())
+            .stack_size(PARSER_STACK_BYTES)
+            .spawn(move || serve(&rx))?;
+        Ok(tx)
+    }
+
+    fn serve(jobs: &Receiver<Job>) {
+        while let Ok((line, reply)) = jobs.recv() {
+            let parsed = std::panic::catch_unwind(|| parse(&line)).unwrap_or_else(|panic| {
+                Err(SplitError::Internal {
+                    line: preview(&line),
+                    reason: panic_message(panic.as_ref()),
+                })
+            });
+            // The caller waits for it; if it is gone, nobody needs the answer.
+            let _ = reply.send(parsed);
+        }
+    }
+
+    /// A line the parser panics on, in tests only: the panic's path has no other way in.
+    #[cfg(test)]
+    pub(super) const PANIC_FOR_TEST: &str = "\u{0}the parser panics on this line";
+
+    fn parse(line: &str) -> Result<Vec<SimpleCommand>, SplitError> {
+        #[cfg(test)]
+        if line == PANIC_FOR_TEST {
+            panic!("as the test asked");
+        }
+        let mut walker = Walker::new();
+        walker.script(line, 0, &[])?;
+        if !walker.reads.is_empty() {
+            // Read by a redirection with no command (`< file`): still a read of the line.
+            let reads = std::mem::take(&mut walker.reads);
+            walker.out.push(SimpleCommand {
+                argv: Vec::new(),
+                writes: Vec::new(),
+                dynamic: false,
+                reads,
+            });
+        }
+        Ok(walker.out)
     }
 }
 
@@ -2468,5 +2531,47 @@ mod review_tests {
         // Negative control: quoted pattern characters are literal.
         let commands = split("echo '{a,b}' \"*\"").unwrap();
         assert!(!commands[0].dynamic, "{commands:?}");
+    }
+}
+
+#[cfg(test)]
+mod parser_thread_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// Lines from many threads at once each get their own answer from the one parser thread.
+    #[test]
+    fn concurrent_lines_each_get_their_own_split() {
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        let line = format!("echo t{t} i{i} > out{t}_{i}");
+                        let split = split(&line).unwrap();
+                        assert_eq!(split.len(), 1, "{line}");
+                        assert_eq!(
+                            split[0].argv,
+                            vec!["echo", &format!("t{t}"), &format!("i{i}")]
+                        );
+                        assert_eq!(split[0].writes, vec![format!("out{t}_{i}")]);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
+    /// A panic of the parser is that line's `Internal` error, and the thread parses the next
+    /// line. Control: the same line is not an error to anything but this test's hook.
+    #[test]
+    fn a_parser_panic_is_an_internal_error_and_the_next_line_parses() {
+        let e = split(parser::PANIC_FOR_TEST).unwrap_err();
+        assert!(
+            matches!(&e, SplitError::Internal { reason, .. } if reason == "parser panicked: as the test asked"),
+            "{e:?}"
+        );
+        assert_eq!(split("true 3").unwrap()[0].argv, vec!["true", "3"]);
     }
 }
