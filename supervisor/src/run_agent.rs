@@ -383,18 +383,44 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
     crate::sessions::append_record(&mut journal, &own.to_string()).map_err(|e| anyhow!(e))?;
 
     let mut recorder = Recorder::open_tool(&host, &project, &settings, "garuda -p")?;
-    let result = session(SessionParts {
-        args: &args,
-        prompt: &prompt,
-        host: &host,
-        project: &project,
-        settings: &settings,
-        resolved: &resolved,
-        model_entries: &model_entries,
-        session_id: &session_id,
-        journal,
-        history,
-        recorder: &mut recorder,
+    let step = Rc::new(Cell::new(false));
+    let format = args.format;
+    let reference = resolved.reference();
+    let result = session(
+        SessionParts {
+            args: &args,
+            host: &host,
+            project: &project,
+            settings: &settings,
+            resolved: &resolved,
+            model_entries: &model_entries,
+            session_id: &session_id,
+            journal,
+            history,
+            recorder: &mut recorder,
+        },
+        &mut Unattended,
+        Rc::clone(&step),
+        |turns| {
+            turns.set_quiet(format != OutputFormat::Text);
+            let mut printer = Printer::new(format, &session_id, &reference, step);
+            let summary = turns.turn(&prompt, &mut |event| printer.ui(event))?;
+            Ok((summary.reason, summary.usage, printer))
+        },
+    )
+    .map(|(reason, usage, mut printer)| {
+        printer.finish(reason, usage);
+        if staged && format == OutputFormat::Text {
+            // The setting that decided every staged change of the run, said once at the end.
+            eprintln!(
+                "garuda: staged commands: {}",
+                match args.staged_unattended {
+                    StagedUnattended::Apply => "their changes were applied (--staged-changes apply)",
+                    StagedUnattended::Discard => "their changes were discarded, the project did not change (--staged-changes apply applies them)",
+                }
+            );
+        }
+        exit_code(reason)
     });
     let code = match &result {
         Ok(code) => *code,
@@ -520,7 +546,6 @@ fn is_file_rule(rule: &str) -> bool {
 
 struct SessionParts<'a> {
     args: &'a RunArgs,
-    prompt: &'a str,
     host: &'a HostEnv,
     project: &'a Path,
     settings: &'a EffectiveSettings,
@@ -533,10 +558,53 @@ struct SessionParts<'a> {
     recorder: &'a mut Recorder,
 }
 
-fn session(p: SessionParts<'_>) -> Result<i32> {
+/// The agent connected and its tools ready: what a front end runs its turns on. `-p` runs
+/// one; the chat ([`crate::chat`]) runs one per message.
+pub(crate) struct Turns<'r, 't, 'e> {
+    broker: Broker<RecorderSink<'r>>,
+    tools: Shown<'t, 'e>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Turns<'_, '_, '_> {
+    /// One turn for `prompt`, its display events to `ui`; then the records the agent writes
+    /// after its turn (its journal's `turn_end`) are taken.
+    pub(crate) fn turn(
+        &mut self,
+        prompt: &str,
+        ui: &mut dyn FnMut(&UiEvent),
+    ) -> Result<crate::broker::server::TurnSummary> {
+        let summary = self
+            .broker
+            .turn(prompt, &mut self.tools, ui, &self.cancel)
+            .map_err(|e| anyhow!(e))?;
+        self.broker
+            .serve_idle(&mut self.tools, Duration::from_millis(200))
+            .map_err(|e| anyhow!(e))?;
+        Ok(summary)
+    }
+
+    /// The flag that stops the running turn (set by a signal, or by the chat's Esc).
+    pub(crate) fn cancel_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.cancel)
+    }
+
+    /// Whether the activity lines go to stderr (`-p`'s text format).
+    pub(crate) fn set_quiet(&mut self, quiet: bool) {
+        self.tools.quiet = quiet;
+    }
+}
+
+/// Sets up the session (proxy, agent, broker, tools), hands it to `drive`, and takes it down
+/// again whatever `drive` returned.
+fn session<T>(
+    p: SessionParts<'_>,
+    approver: &mut dyn Approver,
+    step: Rc<Cell<bool>>,
+    drive: impl FnOnce(&mut Turns<'_, '_, '_>) -> Result<T>,
+) -> Result<T> {
     let SessionParts {
         args,
-        prompt,
         host,
         project,
         settings,
@@ -628,7 +696,6 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
     });
 
     let engine = Engine::new(settings, host, project);
-    let mut approver = Unattended;
     // The provider's key and base URL stay in this process: neither the child `garuda
     // sandbox` nor a command run in this process (whose environment is built from
     // `command_host`) ever sees them, whichever provider, built in or from `models.json`
@@ -662,7 +729,7 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
             ..EngineContext::default()
         },
         strict,
-        &mut approver,
+        approver,
         runner,
         Some(journal),
     );
@@ -684,26 +751,21 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
         })
     };
 
-    let format = args.format;
-    let step = Rc::new(Cell::new(false));
-    let mut printer = Printer::new(format, session_id, &resolved.reference(), Rc::clone(&step));
-    let outcome = (|| -> Result<(StopReason, garuda_ipc::Usage)> {
-        let mut broker = Broker::accept(channel, &start, RecorderSink(recorder), killer)
+    let outcome = (|| -> Result<T> {
+        let broker = Broker::accept(channel, &start, RecorderSink(recorder), killer)
             .map_err(|e| anyhow!(e))?;
-        let mut shown = Shown {
-            inner: &mut tools,
-            quiet: format != OutputFormat::Text,
-            step,
+        let mut turns = Turns {
+            broker,
+            tools: Shown {
+                inner: &mut tools,
+                quiet: true,
+                step,
+            },
+            cancel: Arc::clone(&cancel),
         };
-        let summary = broker
-            .turn(prompt, &mut shown, &mut |event| printer.ui(event), &cancel)
-            .map_err(|e| anyhow!(e))?;
-        // Records the agent writes after its turn (its journal's `turn_end`).
-        broker
-            .serve_idle(&mut shown, Duration::from_millis(200))
-            .map_err(|e| anyhow!(e))?;
-        broker.shutdown().map_err(|e| anyhow!(e))?;
-        Ok((summary.reason, summary.usage))
+        let value = drive(&mut turns)?;
+        turns.broker.shutdown().map_err(|e| anyhow!(e))?;
+        Ok(value)
     })();
     watching.store(false, Ordering::SeqCst);
     let _ = watcher.join();
@@ -715,24 +777,13 @@ fn session(p: SessionParts<'_>) -> Result<i32> {
     drop(scope);
     drop(proxy);
     let _ = std::fs::remove_dir_all(&dir);
-    let (reason, usage) = outcome?;
+    let value = outcome?;
     if let Ok(crate::agent::AgentExit::Code(c)) = &exit {
         if *c != 0 {
             eprintln!("garuda: the agent exited with {c}");
         }
     }
-    printer.finish(reason, usage);
-    if settings.command_mode == garuda_policy::CommandMode::Staged && format == OutputFormat::Text {
-        // The setting that decided every staged change of the run, said once at the end.
-        eprintln!(
-            "garuda: staged commands: {}",
-            match args.staged_unattended {
-                StagedUnattended::Apply => "their changes were applied (--staged-changes apply)",
-                StagedUnattended::Discard => "their changes were discarded, the project did not change (--staged-changes apply applies them)",
-            }
-        );
-    }
-    Ok(exit_code(reason))
+    Ok(value)
 }
 
 /// Most lines of the agent's stderr shown.
