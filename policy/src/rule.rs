@@ -391,6 +391,54 @@ impl FromStr for Rule {
     }
 }
 
+/// The rules an "always, for this session" answer adds: each matches exactly what was asked
+/// and nothing more, whatever characters it holds (every glob or wildcard character is
+/// escaped).
+impl Rule {
+    /// `tool(/path)`: the one project-relative file `path` for `tool` (`write_file` or
+    /// `edit_file`; an `edit_file` rule covers `write_file` too).
+    ///
+    /// # Errors
+    ///
+    /// [`RuleError`] when the result does not parse (an empty path, a `.` or `..` component).
+    pub fn exactly_path(tool: Tool, path: &str) -> Result<Rule, RuleError> {
+        let mut text = format!("{}(/", tool.name());
+        for c in path.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\' | '!' | '(' | ')') {
+                text.push('\\');
+            }
+            text.push(c);
+        }
+        text.push(')');
+        text.parse()
+    }
+
+    /// `bash(word word …)`: one simple command with exactly these words.
+    ///
+    /// # Errors
+    ///
+    /// [`RuleError`] when the result does not parse (no words).
+    pub fn exactly_command(argv: &[String]) -> Result<Rule, RuleError> {
+        let words: Vec<String> = argv
+            .iter()
+            .map(|word| {
+                let mut quoted = String::from("'");
+                for c in word.chars() {
+                    if c == '\'' {
+                        // Out of the quotes, an escaped quote, back in.
+                        quoted.push_str("'\\''");
+                    } else {
+                        quoted.push(c);
+                    }
+                }
+                quoted.push('\'');
+                quoted
+            })
+            .collect();
+        format!("bash({})", words.join(" ")).parse()
+    }
+}
+
 impl Rule {
     fn parse_unbounded(
         text: &str,
@@ -1342,6 +1390,60 @@ mod tests {
         assert!(!r.matches_command(&["git status".to_owned()]));
         assert!(rule("Bash(echo 'a b')").matches_command(&["echo".to_owned(), "a b".to_owned()]));
         assert!(rule("Bash(echo \"a b\")").matches_command(&["echo".to_owned(), "a b".to_owned()]));
+    }
+
+    #[test]
+    fn an_always_rule_matches_exactly_what_was_asked() {
+        let root = PathBuf::from("/work/proj");
+        let home = PathBuf::from("/home/dev");
+        let at = |p: &str| root.join(p);
+        for path in [
+            "src/a.rs",
+            "a*.rs",
+            "d[1]/x?.txt",
+            "we(ird)/!x\\y",
+            "sp ace.txt",
+        ] {
+            let rule = Rule::exactly_path(Tool::EditFile, path).unwrap();
+            assert!(
+                rule.matches_path(Tool::EditFile, &at(path), &root, &home),
+                "{rule} {path}"
+            );
+            assert!(
+                rule.matches_path(Tool::WriteFile, &at(path), &root, &home),
+                "{rule} {path}"
+            );
+            // Printed and parsed again, the same rule.
+            assert_eq!(rule.to_string().parse::<Rule>().unwrap(), rule);
+        }
+        let star = Rule::exactly_path(Tool::EditFile, "a*.rs").unwrap();
+        assert!(!star.matches_path(Tool::EditFile, &at("ab.rs"), &root, &home));
+        assert!(!star.matches_path(Tool::EditFile, &at("sub/a*.rs"), &root, &home));
+        let plain = Rule::exactly_path(Tool::WriteFile, "src/a.rs").unwrap();
+        assert!(!plain.matches_path(Tool::EditFile, &at("src/a.rs"), &root, &home));
+        assert!(!plain.matches_path(Tool::WriteFile, &at("src/a.rs.bak"), &root, &home));
+        // Control: the same text unescaped is a wildcard.
+        let wild: Rule = "Edit(/a*.rs)".parse().unwrap();
+        assert!(wild.matches_path(Tool::EditFile, &at("ab.rs"), &root, &home));
+
+        let words = |w: &[&str]| w.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+        for argv in [
+            words(&["cargo", "test"]),
+            words(&["echo", "it's", "*", "a b", "$HOME", "\\"]),
+            words(&["rm", "-rf", "x*"]),
+        ] {
+            let rule = Rule::exactly_command(&argv).unwrap();
+            assert!(rule.matches_command(&argv), "{rule}");
+            assert_eq!(rule.to_string().parse::<Rule>().unwrap(), rule);
+        }
+        let rm = Rule::exactly_command(&words(&["rm", "-rf", "x*"])).unwrap();
+        assert!(!rm.matches_command(&words(&["rm", "-rf", "xyz"])));
+        assert!(!rm.matches_command(&words(&["rm", "-rf", "x*", "/"])));
+        let test = Rule::exactly_command(&words(&["cargo", "test"])).unwrap();
+        assert!(!test.matches_command(&words(&["cargo", "test", "--release"])));
+        // Control: the same words unquoted are a wildcard.
+        let wild: Rule = "Bash(rm -rf x*)".parse().unwrap();
+        assert!(wild.matches_command(&words(&["rm", "-rf", "xyz"])));
     }
 
     #[test]

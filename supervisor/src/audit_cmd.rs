@@ -35,10 +35,29 @@ pub struct VerifyArgs {
     /// A witness folder (as `garuda audit witness-serve DIR` keeps it) to compare with,
     /// instead of the policy's witness command.
     pub witness_dir: Option<PathBuf>,
+    /// Sessions this process is writing, vouched for by it (the chat's own).
+    pub trusted_heads: Vec<garuda_audit::SessionHead>,
 }
 
 /// `garuda audit verify`; returns the exit code.
 pub fn verify(args: VerifyArgs) -> Result<i32> {
+    let json = args.json;
+    let report = verify_report(args)?;
+    if json {
+        // The same value, with no raw control or bidirectional character for a terminal.
+        println!(
+            "{}",
+            garuda_text::visible_json(&serde_json::to_string_pretty(&report.to_json())?)
+        );
+    } else {
+        print!("{}", report.render_text());
+    }
+    Ok(report.outcome().exit_code())
+}
+
+/// What `garuda audit verify` prints for `args` (its `json` aside), as a report: the chat's
+/// `/audit verify` shows the same.
+pub fn verify_report(args: VerifyArgs) -> Result<garuda_audit::Report> {
     let host = HostEnv::from_process().context("reading the environment")?;
     let audit_root = host.garuda_home.join("audit");
     let keys_dir = host.garuda_home.join("keys");
@@ -53,22 +72,13 @@ pub fn verify(args: VerifyArgs) -> Result<i32> {
     };
     let mut options = VerifyOptions::new(target, keys);
     options.keys_dir = Some(keys_dir);
+    options.trusted_heads = args.trusted_heads;
     options.project_root = project.clone();
     options.witness = match args.witness_dir {
         Some(dir) => Some(WitnessConfig::Dir(dir)),
         None => policy_witness(&host, project.as_deref()),
     };
-    let report = garuda_audit::verify(&options);
-    if args.json {
-        // The same value, with no raw control or bidirectional character for a terminal.
-        println!(
-            "{}",
-            garuda_text::visible_json(&serde_json::to_string_pretty(&report.to_json())?)
-        );
-    } else {
-        print!("{}", report.render_text());
-    }
-    Ok(report.outcome().exit_code())
+    Ok(garuda_audit::verify(&options))
 }
 
 /// The install secret on disk (if any), then each exported one given with `--key`.

@@ -58,12 +58,7 @@ struct Cli {
     #[arg(short = 'p', long = "print", value_name = "TASK", num_args = 0..=1)]
     print: Option<Option<String>>,
     /// The model, as `provider/model` (default: `GARUDA_MODEL`, then `models.json`'s default).
-    #[arg(
-        short = 'm',
-        long = "model",
-        value_name = "PROVIDER/MODEL",
-        requires = "print"
-    )]
+    #[arg(short = 'm', long = "model", value_name = "PROVIDER/MODEL")]
     model: Option<String>,
     /// How `-p` prints: `text` (the model's text), `json` (one result object at the end) or
     /// `stream-json` (one JSON object per line), with Claude Code's field names.
@@ -71,26 +66,28 @@ struct Cli {
     output_format: OutputFormatArg,
     /// Continue a session of this project with the same messages: the latest, or ID
     /// (`garuda sessions` lists them).
-    #[arg(long, value_name = "ID", num_args = 0..=1, requires = "print")]
+    #[arg(long, value_name = "ID", num_args = 0..=1)]
     resume: Option<Option<String>>,
-    /// Project root for `-p` (default: the git root above the current folder, else the folder).
-    #[arg(long = "project", value_name = "DIR", requires = "print")]
+    /// Project root for `-p` and the chat (default: the git root above the current folder,
+    /// else the folder).
+    #[arg(long = "project", value_name = "DIR")]
     agent_project: Option<PathBuf>,
-    /// `-p`: run the agent's commands staged.
-    #[arg(long = "staged", requires = "print")]
+    /// `-p` and the chat: run the agent's commands staged.
+    #[arg(long = "staged")]
     agent_staged: bool,
-    /// `-p`: the strict profile.
-    #[arg(long = "strict", requires = "print")]
+    /// `-p` and the chat: the strict profile.
+    #[arg(long = "strict")]
     agent_strict: bool,
     /// `-p`: what becomes of a staged command's change with no one to ask: `discard` (the
     /// default: the project does not change) or `apply`.
-    #[arg(long, value_enum, default_value = "discard", requires = "print")]
+    #[arg(long, value_enum, default_value = "discard")]
     staged_changes: StagedChangesArg,
-    /// `-p`: most model calls in the turn (default 50).
-    #[arg(long, value_name = "N", requires = "print")]
+    /// `-p` and the chat: most model calls in a turn (default 50).
+    #[arg(long, value_name = "N")]
     max_steps: Option<u32>,
-    /// `-p`: most tokens of the session, every call included (default 20,000,000).
-    #[arg(long, value_name = "N", requires = "print")]
+    /// `-p` and the chat: most tokens of the session, every call included (default
+    /// 20,000,000).
+    #[arg(long, value_name = "N")]
     token_budget: Option<u64>,
     /// `-p`: play a recorded session again: its model responses from the recording (no API
     /// call), its tools for real through the supervisor. ID (a session of the project), a
@@ -103,20 +100,21 @@ struct Cli {
         conflicts_with = "resume"
     )]
     replay: Option<String>,
-    /// `-p`: allow RULE for this session, as a yes you give in advance (`Edit(**)`,
-    /// `Bash(cargo test *)`); repeatable. Deny rules and the managed policy still win.
-    #[arg(long = "allow", value_name = "RULE", requires = "print")]
+    /// `-p` and the chat: allow RULE for this session, as a yes you give in advance
+    /// (`Edit(**)`, `Bash(cargo test *)`); repeatable. Deny rules and the managed policy
+    /// still win.
+    #[arg(long = "allow", value_name = "RULE")]
     allow: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum OutputFormatArg {
     Text,
     Json,
     StreamJson,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum StagedChangesArg {
     Discard,
     Apply,
@@ -374,12 +372,9 @@ pub fn main() -> i32 {
         Err(e) => return parse_failed(e, &args),
     };
     let Some(command) = cli.command else {
-        let Some(prompt) = cli.print else {
-            // Neither a task nor a subcommand: the help, on stderr, as a usage error.
-            let help = <Cli as clap::CommandFactory>::command().render_help();
-            eprint!("{help}");
-            return SETUP_FAILED;
-        };
+        // Neither a task nor a subcommand: the chat.
+        let chat = cli.print.is_none();
+        let prompt = cli.print.flatten();
         let args = crate::run_agent::RunArgs {
             prompt,
             model: cli.model,
@@ -401,7 +396,9 @@ pub fn main() -> i32 {
             replay: cli.replay,
             allow: cli.allow,
         };
-        return match crate::run_agent::run(args) {
+        let front = crate::chat::LineFront::stdio();
+        let front: Option<&dyn crate::run_agent::Front> = if chat { Some(&front) } else { None };
+        return match crate::run_agent::run(args, front) {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("garuda: {}", visible(&describe_error(&e)));
@@ -411,6 +408,22 @@ pub fn main() -> i32 {
     };
     if cli.print.is_some() {
         eprintln!("garuda: -p takes no subcommand");
+        return SETUP_FAILED;
+    }
+    // The agent's options mean nothing to a subcommand: refused, not ignored.
+    let agent_options = cli.model.is_some()
+        || cli.resume.is_some()
+        || cli.agent_project.is_some()
+        || cli.agent_staged
+        || cli.agent_strict
+        || cli.staged_changes != StagedChangesArg::Discard
+        || cli.max_steps.is_some()
+        || cli.token_budget.is_some()
+        || !cli.allow.is_empty();
+    if agent_options {
+        eprintln!(
+            "garuda: -m, --resume, --project, --staged, --strict, --staged-changes, --max-steps, --token-budget and --allow are for -p and the chat, not a subcommand (a subcommand takes its own, after its name)"
+        );
         return SETUP_FAILED;
     }
     // Commands that only read and print end quietly when their reader goes away
@@ -493,6 +506,7 @@ pub fn main() -> i32 {
                     all,
                     keys,
                     witness_dir,
+                    trusted_heads: Vec::new(),
                 })
                 // Verify that cannot run cannot tell: 2, never 0.
                 .map_err(|e| (e, 2)),

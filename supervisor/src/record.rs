@@ -89,6 +89,13 @@ impl Recorder {
         self.writer.session_id()
     }
 
+    /// Where the session stands (lines written, the last one's hash): what this process
+    /// vouches for when it verifies the log while the session is open (the chat's
+    /// `/audit verify`).
+    pub fn head(&self) -> garuda_audit::SessionHead {
+        self.writer.head()
+    }
+
     /// Records the command before it starts, durably.
     pub fn intent(&mut self, event: Value) -> Result<()> {
         self.writer

@@ -98,6 +98,31 @@ pub struct RunArgs {
     pub allow: Vec<String>,
 }
 
+/// What a session is, for a front end's first line.
+pub struct SessionFacts<'a> {
+    /// The model, as `provider/model`.
+    pub model: &'a str,
+    /// The executor setting.
+    pub executor: String,
+    /// Commands are staged.
+    pub staged: bool,
+    /// A staged command's change is applied (`--staged-changes apply`), else discarded.
+    pub staged_apply: bool,
+    /// The journal's session id.
+    pub session_id: &'a str,
+    /// The project.
+    pub project: &'a Path,
+}
+
+/// A front end that runs many turns on one session (the chat): it answers the questions and
+/// drives the turns; `run` sets the session up and takes it down around it.
+pub trait Front {
+    /// Who answers the session's questions.
+    fn approver(&self) -> Box<dyn Approver>;
+    /// Runs the turns; the exit code.
+    fn drive(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<i32>;
+}
+
 /// The audit session as the broker's sink.
 struct RecorderSink<'a>(&'a mut Recorder);
 
@@ -128,11 +153,31 @@ impl Approver for Unattended {
     }
 }
 
-/// The tool host, with one line of activity per request on stderr (the supervisor's own
-/// words: the agent's progress events are not shown in their place).
+/// Where the line of activity for each request goes.
+pub enum Activity {
+    /// Nowhere (`-p` with a JSON format).
+    Quiet,
+    /// Stderr, as `garuda: read README.md` (`-p`'s text format).
+    Stderr,
+    /// A front end's own output (the chat's `· read README.md`).
+    Lines(Box<dyn Fn(&str)>),
+}
+
+impl Activity {
+    fn show(&self, line: &str) {
+        match self {
+            Activity::Quiet => {}
+            Activity::Stderr => eprintln!("garuda: {line}"),
+            Activity::Lines(show) => show(line),
+        }
+    }
+}
+
+/// The tool host, with one line of activity per request (the supervisor's own words: the
+/// agent's progress events are not shown in their place).
 struct Shown<'a, 'b> {
     inner: &'a mut SessionTools<'b>,
-    quiet: bool,
+    activity: Activity,
     /// Set when a request ran: the next text the model streams starts on a new line.
     step: Rc<Cell<bool>>,
 }
@@ -141,17 +186,15 @@ impl ToolHost for Shown<'_, '_> {
     fn call_batch(&mut self, requests: &[Request]) -> Vec<(Answer, Option<Value>)> {
         self.step.set(true);
         let results = self.inner.call_batch(requests);
-        if !self.quiet {
-            for (request, (answer, _)) in requests.iter().zip(&results) {
-                if let Some(line) = describe(request) {
-                    let how = match answer {
-                        Answer::Error { code, .. } => {
-                            format!(" → {}", json!(code).as_str().unwrap_or("error"))
-                        }
-                        _ => String::new(),
-                    };
-                    eprintln!("garuda: {line}{how}");
-                }
+        for (request, (answer, _)) in requests.iter().zip(&results) {
+            if let Some(line) = describe(request) {
+                let how = match answer {
+                    Answer::Error { code, .. } => {
+                        format!(" → {}", json!(code).as_str().unwrap_or("error"))
+                    }
+                    _ => String::new(),
+                };
+                self.activity.show(&format!("{line}{how}"));
             }
         }
         results
@@ -163,7 +206,7 @@ impl ToolHost for Shown<'_, '_> {
             self.step.set(true);
         }
         let (answer, event) = self.inner.call(request);
-        if !self.quiet {
+        {
             if let Some(line) = line {
                 let how = match &answer {
                     Answer::Error { code, .. } => {
@@ -176,7 +219,7 @@ impl ToolHost for Shown<'_, '_> {
                     },
                     _ => String::new(),
                 };
-                eprintln!("garuda: {line}{how}");
+                self.activity.show(&format!("{line}{how}"));
             }
         }
         (answer, event)
@@ -277,14 +320,15 @@ fn reason_name(reason: StopReason) -> String {
     json!(reason).as_str().unwrap_or("unknown").to_string()
 }
 
-/// Runs `-p`; the exit code.
-pub fn run(mut args: RunArgs) -> Result<i32> {
+/// Runs `-p`, or with `front` the chat; the exit code.
+pub fn run(mut args: RunArgs, front: Option<&dyn Front>) -> Result<i32> {
     let host = HostEnv::from_process().context("reading the environment")?;
     let replay = match args.replay.clone() {
         None => None,
         Some(arg) => Some(prepare_replay(&arg, &host, &mut args)?),
     };
     let prompt = match (&replay, &args.prompt) {
+        _ if front.is_some() => String::from("(the chat)"),
         (Some((recorded, _)), _) => recorded.prompt.clone(),
         (None, Some(p)) => p.clone(),
         (None, None) => {
@@ -386,23 +430,41 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
     let step = Rc::new(Cell::new(false));
     let format = args.format;
     let reference = resolved.reference();
-    let result = session(
-        SessionParts {
-            args: &args,
-            host: &host,
-            project: &project,
-            settings: &settings,
-            resolved: &resolved,
-            model_entries: &model_entries,
+    let parts = SessionParts {
+        args: &args,
+        host: &host,
+        project: &project,
+        settings: &settings,
+        resolved: &resolved,
+        model_entries: &model_entries,
+        session_id: &session_id,
+        journal,
+        history,
+        recorder: &mut recorder,
+    };
+    let result = if let Some(front) = front {
+        let facts = SessionFacts {
+            model: &reference,
+            executor: settings.executor.to_string(),
+            staged,
+            staged_apply: args.staged_unattended == StagedUnattended::Apply,
             session_id: &session_id,
-            journal,
-            history,
-            recorder: &mut recorder,
-        },
+            project: &project,
+        };
+        session(parts, &mut *front.approver(), step, |turns| {
+            front.drive(turns, &facts)
+        })
+    } else {
+        session(
+        parts,
         &mut Unattended,
         Rc::clone(&step),
         |turns| {
-            turns.set_quiet(format != OutputFormat::Text);
+            turns.set_activity(if format == OutputFormat::Text {
+                Activity::Stderr
+            } else {
+                Activity::Quiet
+            });
             let mut printer = Printer::new(format, &session_id, &reference, step);
             let summary = turns.turn(&prompt, &mut |event| printer.ui(event))?;
             Ok((summary.reason, summary.usage, printer))
@@ -421,7 +483,8 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
             );
         }
         exit_code(reason)
-    });
+    })
+    };
     let code = match &result {
         Ok(code) => *code,
         Err(_) => 1,
@@ -560,7 +623,7 @@ struct SessionParts<'a> {
 
 /// The agent connected and its tools ready: what a front end runs its turns on. `-p` runs
 /// one; the chat ([`crate::chat`]) runs one per message.
-pub(crate) struct Turns<'r, 't, 'e> {
+pub struct Turns<'r, 't, 'e> {
     broker: Broker<RecorderSink<'r>>,
     tools: Shown<'t, 'e>,
     cancel: Arc<AtomicBool>,
@@ -569,7 +632,7 @@ pub(crate) struct Turns<'r, 't, 'e> {
 impl Turns<'_, '_, '_> {
     /// One turn for `prompt`, its display events to `ui`; then the records the agent writes
     /// after its turn (its journal's `turn_end`) are taken.
-    pub(crate) fn turn(
+    pub fn turn(
         &mut self,
         prompt: &str,
         ui: &mut dyn FnMut(&UiEvent),
@@ -584,14 +647,14 @@ impl Turns<'_, '_, '_> {
         Ok(summary)
     }
 
-    /// The flag that stops the running turn (set by a signal, or by the chat's Esc).
-    pub(crate) fn cancel_flag(&self) -> Arc<AtomicBool> {
-        Arc::clone(&self.cancel)
+    /// The session's audit position, which this process vouches for (its session is open).
+    pub fn audit_head(&self) -> garuda_audit::SessionHead {
+        self.broker.audit().0.head()
     }
 
-    /// Whether the activity lines go to stderr (`-p`'s text format).
-    pub(crate) fn set_quiet(&mut self, quiet: bool) {
-        self.tools.quiet = quiet;
+    /// Where the activity lines go.
+    pub fn set_activity(&mut self, activity: Activity) {
+        self.tools.activity = activity;
     }
 }
 
@@ -758,7 +821,7 @@ fn session<T>(
             broker,
             tools: Shown {
                 inner: &mut tools,
-                quiet: true,
+                activity: Activity::Quiet,
                 step,
             },
             cancel: Arc::clone(&cancel),

@@ -136,15 +136,21 @@ fn usage_errors_exit_125_and_help_and_version_exit_0_on_stdout() {
          audit verify --all\n\nFor more information, try '--help'.\n"
     );
 
-    // No subcommand: the help, on stderr, as a usage error.
+    // No subcommand: the chat, which needs a model; with no key it says how to give one.
     let out = run(&w, &[]);
-    assert_exit(&out, 125);
+    assert_exit(&out, 1);
     assert_eq!(text(&out.stdout), "");
     assert!(
-        text(&out.stderr).starts_with(
-            "A coding agent whose every side effect passes through a sandbox supervisor\n\n\
-             Usage: garuda [OPTIONS] [COMMAND]\n"
-        ),
+        text(&out.stderr)
+            .starts_with("garuda: no key for provider anthropic: set ANTHROPIC_API_KEY"),
+        "{}",
+        text(&out.stderr)
+    );
+    // The agent's options mean nothing to a subcommand: refused, not ignored.
+    let out = run(&w, &["--staged", "policy"]);
+    assert_exit(&out, 125);
+    assert!(
+        text(&out.stderr).starts_with("garuda: -m, --resume, --project, --staged, "),
         "{}",
         text(&out.stderr)
     );

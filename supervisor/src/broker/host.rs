@@ -40,12 +40,36 @@ pub struct Approval {
     pub target: String,
     /// Why the engine asks (it may quote the target: escaped the same way).
     pub reason: String,
+    /// `write_file`, `edit_file`: the file's text now (`None`: a new file) and after.
+    pub change: Option<(Option<String>, String)>,
+}
+
+/// An answer to an [`Approval`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approved {
+    /// Not allowed: nothing runs.
+    No,
+    /// Allowed this once.
+    Once,
+    /// Allowed, and the same request again without asking for the rest of the session (a
+    /// session rule matching exactly it, audited).
+    ForSession,
 }
 
 /// Who answers "ask" verdicts: the supervisor's terminal, never the agent.
 pub trait Approver {
     /// True when the user allows it.
     fn approve(&mut self, question: &Approval) -> bool;
+
+    /// The answer, "for the rest of the session" included (an approver that cannot ask that
+    /// answers as [`Approver::approve`] does).
+    fn answer(&mut self, question: &Approval) -> Approved {
+        if self.approve(question) {
+            Approved::Once
+        } else {
+            Approved::No
+        }
+    }
 }
 
 /// No terminal: every question is answered no (the documented default for `-p` and jobs).
@@ -138,18 +162,38 @@ impl<'a> SessionTools<'a> {
     fn file_tool(&mut self, request: &Request) -> (Answer, Option<Value>) {
         let approver = &mut *self.approver;
         let mut asked = None;
+        let mut for_session = None;
         let outcome = self
             .files
             .handle(&self.engine, &self.ctx, request, |pending| {
-                let yes = approver.approve(&Approval {
+                let change = pending
+                    .after()
+                    .map(|after| (pending.before().map(str::to_owned), after.to_owned()));
+                let answer = approver.answer(&Approval {
                     tool: pending.tool().name(),
                     target: pending.path().to_owned(),
                     reason: pending.decision().reason.clone(),
+                    change,
                 });
-                asked = Some(yes);
-                yes
+                if answer == Approved::ForSession {
+                    // The file it really is (no link in the path), for the tool asked (only
+                    // the writing tools are asked).
+                    use garuda_policy::rule::{Rule, Tool as RuleTool};
+                    let tool = match pending.tool() {
+                        crate::broker::judge::Tool::EditFile => Some(RuleTool::EditFile),
+                        crate::broker::judge::Tool::WriteFile => Some(RuleTool::WriteFile),
+                        _ => None,
+                    };
+                    for_session = tool.and_then(|t| Rule::exactly_path(t, pending.resolved()).ok());
+                }
+                asked = Some(answer != Approved::No);
+                answer != Approved::No
             });
-        let event = decision_event(request, outcome.decision.as_ref(), asked);
+        let mut event = decision_event(request, outcome.decision.as_ref(), asked);
+        if let Some(rule) = for_session {
+            note_session_rule(&mut event, &rule);
+            self.ctx.session_rules.push(rule);
+        }
         (outcome.answer, Some(event))
     }
 
@@ -197,17 +241,39 @@ impl<'a> SessionTools<'a> {
         }
         let decision = self.engine.decide(&request, &self.ctx);
         let mut asked = None;
+        let mut session_rules = Vec::new();
         let allowed = match decision.verdict {
             Verdict::Allow => true,
             Verdict::Deny => false,
             Verdict::Ask => {
-                let yes = self.approver.approve(&Approval {
+                let answer = self.approver.answer(&Approval {
                     tool: "run_command",
                     target: line.to_owned(),
                     reason: decision.reason.clone(),
+                    change: None,
                 });
-                asked = Some(yes);
-                yes
+                if answer == Approved::ForSession {
+                    // Each simple command of the line, word for word; a line with a word
+                    // known only when it runs gets no rule (it is asked again).
+                    let rules = garuda_policy::command::split(line)
+                        .ok()
+                        .and_then(|commands| {
+                            commands
+                                .iter()
+                                .filter(|c| !c.argv.is_empty())
+                                .map(|c| {
+                                    if c.dynamic {
+                                        None
+                                    } else {
+                                        garuda_policy::rule::Rule::exactly_command(&c.argv).ok()
+                                    }
+                                })
+                                .collect::<Option<Vec<_>>>()
+                        });
+                    session_rules = rules.unwrap_or_default();
+                }
+                asked = Some(answer != Approved::No);
+                answer != Approved::No
             }
         };
         let mut event = decision_event(
@@ -219,6 +285,10 @@ impl<'a> SessionTools<'a> {
             Some(&decision),
             asked,
         );
+        for rule in session_rules {
+            note_session_rule(&mut event, &rule);
+            self.ctx.session_rules.push(rule);
+        }
         if !allowed {
             let (code, why) = match asked {
                 Some(false) => (ErrorCode::Rejected, "the user said no"),
@@ -416,6 +486,19 @@ fn read_capped<R: Read>(pipe: Option<R>) -> (Vec<u8>, bool) {
 
 /// The audit event of one tool request: what was asked (target escaped), the engine's
 /// verdict, the step and the rules that decided, and the user's answer if asked.
+/// An "always, for this session" answer on the audit record: the rule it added.
+fn note_session_rule(event: &mut Value, rule: &garuda_policy::rule::Rule) {
+    if let Some(map) = event.as_object_mut() {
+        map.insert("user_answer".into(), json!("always"));
+        let rules = map
+            .entry("session_rules_added")
+            .or_insert_with(|| json!([]));
+        if let Some(list) = rules.as_array_mut() {
+            list.push(json!(garuda_text::visible(&rule.to_string())));
+        }
+    }
+}
+
 fn decision_event(request: &Request, decision: Option<&Decision>, asked: Option<bool>) -> Value {
     let target = match request {
         Request::ReadFile { path, .. }

@@ -128,6 +128,11 @@ pub struct Broker<A: AuditSink> {
 }
 
 impl<A: AuditSink> Broker<A> {
+    /// The audit sink the broker records to.
+    pub fn audit(&self) -> &A {
+        &self.audit
+    }
+
     /// Waits for the agent's `hello`, checks its version, and sends `start`.
     pub fn accept(
         stream: UnixStream,

@@ -1,0 +1,309 @@
+//! `garuda` with no task: the chat, one turn per message, every question asked by the
+//! supervisor.
+//!
+//! This is the chat's **line mode**: what `garuda` does when its input or output is not a
+//! terminal (`garuda < script > out`), or `TERM=dumb`. Each input line is a message to the
+//! agent or a slash command; a question (an edit, a command that needs a yes) takes its answer
+//! from the next input line. The session set-up and take-down are `-p`'s
+//! ([`crate::run_agent`]): the proxy, the confined agent, the broker, the tools, the journal
+//! and the audit session.
+//!
+//! **Nothing printed can pass for the supervisor.** Every line the supervisor writes starts at
+//! the first column with a marker of its own: `> ` the user's message as read, `· ` a tool
+//! call, `? ` a question, `garuda: ` a notice. Every line of the model's text is indented by
+//! two spaces and escaped ([`garuda_text::visible_lines`]: no escape sequence, carriage return
+//! or other control character reaches the terminal as itself), so no text of the model or of
+//! a tool can draw a question, rewrite a line or reach the clipboard, title or a hyperlink.
+//!
+//! Slash commands: `/help`, `/audit verify` (verify this project's audit log; each finding
+//! with its code), `/exit`. An unknown one is named and nothing is sent.
+
+use std::cell::RefCell;
+use std::io::{BufRead, Write};
+use std::rc::Rc;
+
+use anyhow::Result;
+use garuda_ipc::{StopReason, UiEvent};
+
+use crate::broker::host::{Approval, Approved, Approver};
+use crate::run_agent::{Activity, Front, SessionFacts, Turns};
+
+/// The slash commands, with what each does, for `/help`.
+pub const SLASH_COMMANDS: [(&str, &str); 3] = [
+    ("/help", "this list"),
+    (
+        "/audit verify",
+        "verify this project's audit log and show each finding with its code",
+    ),
+    ("/exit", "end the session (so does the end of the input)"),
+];
+
+/// Most lines of an edit's diff shown with its question; the rest are counted.
+const DIFF_LINES_SHOWN: usize = 200;
+
+/// The chat's input and output in line mode.
+pub struct LineIo {
+    input: Box<dyn BufRead>,
+    out: Box<dyn Write>,
+    /// The model's text ended its last line (the next text starts an indented line).
+    at_line_start: bool,
+}
+
+impl LineIo {
+    /// Line mode on `input` and `out` (stdin and stdout).
+    pub fn new(input: Box<dyn BufRead>, out: Box<dyn Write>) -> LineIo {
+        LineIo {
+            input,
+            out,
+            at_line_start: true,
+        }
+    }
+
+    /// A line of the supervisor's own, at the first column (`text` must already be escaped:
+    /// every caller builds it from escaped parts).
+    pub(crate) fn say(&mut self, text: &str) {
+        self.end_text();
+        let _ = writeln!(self.out, "{text}");
+        let _ = self.out.flush();
+    }
+
+    /// More of the model's text: escaped, each line indented.
+    fn model_text(&mut self, text: &str) {
+        let shown = garuda_text::visible_lines(text);
+        let mut buf = String::with_capacity(shown.len() + 8);
+        for c in shown.chars() {
+            if self.at_line_start && c != '\n' {
+                buf.push_str("  ");
+                self.at_line_start = false;
+            }
+            buf.push(c);
+            if c == '\n' {
+                self.at_line_start = true;
+            }
+        }
+        let _ = self.out.write_all(buf.as_bytes());
+        let _ = self.out.flush();
+    }
+
+    /// Ends an open line of the model's text.
+    fn end_text(&mut self) {
+        if !self.at_line_start {
+            let _ = writeln!(self.out);
+            self.at_line_start = true;
+        }
+    }
+
+    /// The next input line without its line ending (`None` at the end of the input).
+    fn read(&mut self) -> Option<String> {
+        let mut line = String::new();
+        match self.input.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => {
+                while line.ends_with(['\n', '\r']) {
+                    line.pop();
+                }
+                Some(line)
+            }
+        }
+    }
+}
+
+/// The chat's questions, asked on its own output and answered from its input.
+pub struct LineApprover(pub Rc<RefCell<LineIo>>);
+
+impl Approver for LineApprover {
+    fn approve(&mut self, question: &Approval) -> bool {
+        self.answer(question) != Approved::No
+    }
+
+    fn answer(&mut self, question: &Approval) -> Approved {
+        let mut io = self.0.borrow_mut();
+        let v = garuda_text::visible;
+        io.say(&format!(
+            "? {} {}: {}",
+            question.tool,
+            v(&question.target),
+            v(&question.reason)
+        ));
+        if let Some((before, after)) = &question.change {
+            for line in diff_lines(&question.target, before.as_deref(), after) {
+                io.say(&format!("?   {line}"));
+            }
+        }
+        io.say("? allow it? y = yes, once; a = always, for this session; n = no");
+        let answer = match io.read().as_deref().map(str::trim) {
+            Some("y" | "yes") => Approved::Once,
+            Some("a" | "always") => Approved::ForSession,
+            _ => Approved::No,
+        };
+        io.say(match answer {
+            Approved::Once => "? answered: yes, once",
+            Approved::ForSession => "? answered: always, for this session",
+            Approved::No => "? answered: no",
+        });
+        answer
+    }
+}
+
+/// The unified diff of an edit, escaped line by line, at most [`DIFF_LINES_SHOWN`] lines.
+fn diff_lines(path: &str, before: Option<&str>, after: &str) -> Vec<String> {
+    let old = before.unwrap_or("");
+    let diff = similar::TextDiff::configure()
+        .timeout(std::time::Duration::from_secs(2))
+        .diff_lines(old, after);
+    let shown_path = garuda_text::visible(path);
+    let text = diff
+        .unified_diff()
+        .context_radius(3)
+        .header(
+            &if before.is_some() {
+                format!("a/{shown_path}")
+            } else {
+                "/dev/null".to_string()
+            },
+            &format!("b/{shown_path}"),
+        )
+        .to_string();
+    let mut lines: Vec<String> = text
+        .lines()
+        .map(|l| garuda_text::visible(l).into_owned())
+        .collect();
+    if lines.len() > DIFF_LINES_SHOWN {
+        let more = lines.len() - DIFF_LINES_SHOWN;
+        lines.truncate(DIFF_LINES_SHOWN);
+        lines.push(format!("({more} more lines of the diff not shown)"));
+    }
+    lines
+}
+
+/// The chat in line mode, on stdin and stdout.
+pub struct LineFront {
+    io: Rc<RefCell<LineIo>>,
+}
+
+impl LineFront {
+    /// Line mode on this process's stdin and stdout.
+    pub fn stdio() -> LineFront {
+        LineFront {
+            io: Rc::new(RefCell::new(LineIo::new(
+                Box::new(std::io::BufReader::new(std::io::stdin())),
+                Box::new(std::io::stdout()),
+            ))),
+        }
+    }
+}
+
+impl Front for LineFront {
+    fn approver(&self) -> Box<dyn Approver> {
+        Box::new(LineApprover(Rc::clone(&self.io)))
+    }
+
+    /// Runs the chat until `/exit`, the end of the input (exit 0) or a signal (130).
+    fn drive(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<i32> {
+        let io = &self.io;
+        let shown = Rc::clone(io);
+        turns.set_activity(Activity::Lines(Box::new(move |line| {
+            shown.borrow_mut().say(&format!("· {line}"));
+        })));
+        io.borrow_mut().say(&format!(
+            "garuda chat: model {}, executor {}, commands {}, session {}; /help lists the commands",
+            garuda_text::visible(facts.model),
+            facts.executor,
+            match (facts.staged, facts.staged_apply) {
+                (false, _) => "direct",
+                (true, true) => "staged (changes applied: --staged-changes apply)",
+                (true, false) => "staged (changes discarded: --staged-changes apply applies them)",
+            },
+            facts.session_id,
+        ));
+        loop {
+            let Some(line) = io.borrow_mut().read() else {
+                return Ok(0);
+            };
+            let message = line.trim();
+            if message.is_empty() {
+                continue;
+            }
+            if let Some(command) = message.strip_prefix('/') {
+                match command.split_whitespace().collect::<Vec<_>>().as_slice() {
+                    ["exit" | "quit"] => return Ok(0),
+                    ["help"] => {
+                        let mut io = io.borrow_mut();
+                        for (name, what) in SLASH_COMMANDS {
+                            io.say(&format!("garuda: {name:<14} {what}"));
+                        }
+                    }
+                    ["audit", "verify"] => {
+                        audit_verify(&mut io.borrow_mut(), facts.project, turns.audit_head());
+                    }
+                    _ => io.borrow_mut().say(&format!(
+                        "garuda: no command /{} (see /help); nothing was sent",
+                        garuda_text::visible(command)
+                    )),
+                }
+                continue;
+            }
+            io.borrow_mut()
+                .say(&format!("> {}", garuda_text::visible(message)));
+            let summary = {
+                let ui_io = Rc::clone(io);
+                turns.turn(message, &mut |event| show_event(&ui_io, event))?
+            };
+            let mut io = io.borrow_mut();
+            io.end_text();
+            if crate::sys::forwarded_signal().is_some() {
+                // A signal stops the chat in line mode (there is no key to stop a turn only).
+                io.say("garuda: interrupted");
+                return Ok(130);
+            }
+            if summary.reason != StopReason::Done {
+                io.say(&format!(
+                    "garuda: the turn stopped: {}",
+                    serde_json::json!(summary.reason)
+                        .as_str()
+                        .unwrap_or("unknown")
+                ));
+            }
+        }
+    }
+}
+
+fn show_event(io: &Rc<RefCell<LineIo>>, event: &UiEvent) {
+    let mut io = io.borrow_mut();
+    match event {
+        UiEvent::TextDelta { text } => io.model_text(text),
+        UiEvent::Notice { text } => io.say(&format!("garuda: {}", garuda_text::visible(text))),
+        // Shown already; the chat keeps no final answer to correct.
+        UiEvent::TextRetracted { .. } => {
+            io.say("garuda: the text above is sent again (the model's stream broke)");
+        }
+        // The supervisor shows its own line for each request it runs.
+        UiEvent::ToolProgress { .. } | UiEvent::Usage { .. } => {}
+    }
+}
+
+/// `/audit verify`: the project's audit log verified, as `garuda audit verify` prints it,
+/// escaped, each line a line of the supervisor's. The chat's own session is open; this process
+/// vouches for the head it wrote.
+fn audit_verify(io: &mut LineIo, project: &std::path::Path, own: garuda_audit::SessionHead) {
+    let report = crate::audit_cmd::verify_report(crate::audit_cmd::VerifyArgs {
+        json: false,
+        project: Some(project.to_path_buf()),
+        all: false,
+        keys: Vec::new(),
+        witness_dir: None,
+        // This session is open: its head is this process's to vouch for.
+        trusted_heads: vec![own],
+    });
+    match report {
+        Ok(report) => {
+            for line in report.render_text().lines() {
+                io.say(&format!("garuda: {}", garuda_text::visible(line)));
+            }
+        }
+        Err(e) => io.say(&format!(
+            "garuda: verify cannot run: {}",
+            garuda_text::visible(&format!("{e:#}"))
+        )),
+    }
+}

@@ -1,0 +1,294 @@
+//! The chat in line mode (`garuda < script > out`): the real `garuda` with no task, its input
+//! a script of messages and answers, against the scripted model server on loopback.
+//!
+//! What is shown, and the control of each:
+//!
+//! - an edit refused with `n` leaves the file unchanged, and the question showed the diff;
+//!   control: the same run answered `y` changes it.
+//! - `a` (always, for this session) answers the same edit again without a question, and the
+//!   audit log holds the answer and the rule it added; control: `y` is asked again.
+//! - `/audit verify` prints verify's result, and after a byte of an earlier session's log is
+//!   flipped it prints the finding with its code; control: before the flip there is none.
+//! - the model's text with `\e[2K`, `\e[1A`, `\r`, OSC 52, OSC 0, OSC 8 and a fake question
+//!   line reaches stdout as visible text: no ESC, BEL or CR byte, and no line of it at the
+//!   first column (where only the supervisor writes); control: the scripted text holds each.
+//! - `/help`, an unknown slash command (named, nothing sent), the end of the input ends the
+//!   chat with 0.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use common::{garuda, text, World, PROXY_VARS};
+use garuda_modelserver::{Dialect, ModelServer, Part, Scripted};
+use serde_json::{json, Value};
+
+struct Chat {
+    w: World,
+    server: ModelServer,
+}
+
+impl Chat {
+    fn new(script: Vec<Scripted>) -> Chat {
+        let w = World::new("garuda-chat-line");
+        w.git(&["init", "-q"]);
+        std::fs::write(w.project.join("README.md"), "hello\nworld\n").unwrap();
+        std::fs::create_dir_all(w.home.join(".garuda")).unwrap();
+        Chat {
+            w,
+            server: ModelServer::start(Dialect::Anthropic, script).unwrap(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(garuda());
+        c.args(args)
+            .current_dir(&self.w.project)
+            .env("HOME", &self.w.home)
+            .env_remove("GARUDA_HOME")
+            .env_remove("GARUDA_MODEL")
+            .env("ANTHROPIC_API_KEY", "sk-test-chat")
+            .env("ANTHROPIC_BASE_URL", self.server.url());
+        for v in PROXY_VARS
+            .iter()
+            .copied()
+            .chain(garuda_policy::PROVIDER_ENV_DENY.iter().copied())
+        {
+            if !v.starts_with("ANTHROPIC_") {
+                c.env_remove(v);
+            }
+        }
+        c
+    }
+
+    /// `garuda` with no task, `input` on its stdin.
+    fn chat(&self, input: &str) -> Output {
+        let mut child = self
+            .command(&[])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    fn readme(&self) -> String {
+        std::fs::read_to_string(self.w.project.join("README.md")).unwrap()
+    }
+
+    /// Every `tool_call` audit line of the project's sessions.
+    fn tool_calls(&self) -> Vec<Value> {
+        let out = self.command(&["audit", "list", "--json"]).output().unwrap();
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut calls = Vec::new();
+        for s in list["sessions"].as_array().unwrap() {
+            let id = s["session"].as_str().unwrap();
+            let out = self
+                .command(&["audit", "show", "--session", id, "--json"])
+                .output()
+                .unwrap();
+            let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+            for l in shown["lines"].as_array().unwrap() {
+                if l["type"] == "tool_call" {
+                    calls.push(l["event"].clone());
+                }
+            }
+        }
+        calls
+    }
+}
+
+fn edit(id: &str) -> Scripted {
+    Scripted::reply(vec![Part::ToolUse {
+        id: id.into(),
+        name: "edit_file".into(),
+        input: json!({"path": "README.md", "old": "world", "new": "there"}),
+    }])
+}
+
+fn edit_back(id: &str) -> Scripted {
+    Scripted::reply(vec![Part::ToolUse {
+        id: id.into(),
+        name: "edit_file".into(),
+        input: json!({"path": "README.md", "old": "there", "new": "world"}),
+    }])
+}
+
+fn questions(stdout: &str) -> usize {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("? allow it?"))
+        .count()
+}
+
+#[test]
+fn an_edit_refused_with_n_leaves_the_file_unchanged() {
+    for (answer, want) in [("n", "hello\nworld\n"), ("y", "hello\nthere\n")] {
+        let c = Chat::new(vec![edit("e1"), Scripted::text("ok")]);
+        let out = c.chat(&format!("fix the README\n{answer}\n"));
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}\n{}",
+            text(&out.stderr)
+        );
+        assert_eq!(c.readme(), want, "answer {answer}: {stdout}");
+        assert!(stdout.contains("> fix the README\n"), "{stdout}");
+        assert!(stdout.contains("? edit_file README.md: "), "{stdout}");
+        // The question shows the change.
+        assert!(stdout.contains("?   -world\n"), "{stdout}");
+        assert!(stdout.contains("?   +there\n"), "{stdout}");
+        assert_eq!(questions(&stdout), 1, "{stdout}");
+        let said = if answer == "n" { "no" } else { "yes, once" };
+        assert!(
+            stdout.contains(&format!("? answered: {said}\n")),
+            "{stdout}"
+        );
+        // The model's answer, indented.
+        assert!(stdout.contains("\n  ok\n"), "{stdout}");
+    }
+}
+
+#[test]
+fn always_stops_the_next_identical_question_and_is_audited() {
+    // Each run edits README.md twice (world → there → world) and finishes.
+    let script = || vec![edit("e1"), edit_back("e2"), Scripted::text("done")];
+    let c = Chat::new(script());
+    let out = c.chat("twice\na\n");
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert_eq!(questions(&stdout), 1, "{stdout}");
+    assert!(
+        stdout.contains("? answered: always, for this session\n"),
+        "{stdout}"
+    );
+    // Both edits ran: the file is back as it was, and the audit says how.
+    assert_eq!(c.readme(), "hello\nworld\n");
+    let calls: Vec<Value> = c
+        .tool_calls()
+        .into_iter()
+        .filter(|e| e["tool"] == "edit_file")
+        .collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[0]["user_answer"], "always", "{calls:?}");
+    assert_eq!(
+        calls[0]["session_rules_added"],
+        json!(["edit_file(/README.md)"]),
+        "{calls:?}"
+    );
+    assert_eq!(calls[1]["verdict"], "allow", "{calls:?}");
+    assert!(calls[1].get("user_answer").is_none(), "{calls:?}");
+
+    // Control: `y` allows once; the second edit is asked again.
+    let c = Chat::new(script());
+    let out = c.chat("twice\ny\ny\n");
+    let stdout = text(&out.stdout);
+    assert_eq!(questions(&stdout), 2, "{stdout}");
+    assert_eq!(c.readme(), "hello\nworld\n");
+}
+
+#[test]
+fn audit_verify_prints_the_result_and_then_the_finding() {
+    let c = Chat::new(Vec::new());
+    // An earlier session of the project, closed: a `garuda sandbox` run.
+    let out = c.command(&["sandbox", "--", "/bin/true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = c.chat("/audit verify\n");
+    let before = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{before}\n{}",
+        text(&out.stderr)
+    );
+    assert!(before.contains("garuda: audit log: VERIFIED"), "{before}");
+    assert!(!before.contains("BAD_MAC"), "{before}");
+
+    // Flip one byte inside the first line's event of the earlier session's journal.
+    let dir =
+        c.w.home
+            .join(".garuda/audit")
+            .join(garuda_audit::project_dir_name(&c.w.project));
+    let journal = dir.join("journal.jsonl");
+    let mut bytes = std::fs::read(&journal).unwrap();
+    let at = bytes
+        .windows(b"\"tool\":\"garuda sandbox\"".len())
+        .position(|w| w == b"\"tool\":\"garuda sandbox\"")
+        .unwrap()
+        + b"\"tool\":\"".len();
+    bytes[at] = b'G';
+    std::fs::write(&journal, bytes).unwrap();
+    let out = c.chat("/audit verify\n");
+    let after = text(&out.stdout);
+    assert!(after.contains("BAD_MAC"), "{after}");
+    assert!(!after.contains("VERIFIED"), "{after}");
+}
+
+#[test]
+fn the_models_escapes_reach_the_output_as_visible_text() {
+    let hostile = "erase\x1b[2K up\x1b[1A back\rclip\x1b]52;c;cm0gLXJmIH4=\x07 \
+                   title\x1b]0;owned\x07 link\x1b]8;;https://evil.example/\x1b\\docs\x1b]8;;\x1b\\\n\
+                   ? allow it? y = yes, once; a = always, for this session; n = no\n";
+    // Control: the text as scripted holds each sequence.
+    for seq in ["\x1b[2K", "\x1b[1A", "\r", "\x1b]52;", "\x1b]0;", "\x1b]8;"] {
+        assert!(hostile.contains(seq), "{seq:?}");
+    }
+    let c = Chat::new(vec![Scripted::text(hostile)]);
+    let out = c.chat("hello\n");
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    for byte in [0x1b_u8, 0x07, b'\r'] {
+        assert!(!out.stdout.contains(&byte), "byte {byte:#x} in {stdout:?}");
+    }
+    // Shown, escaped, and indented: the fake question is not at the first column.
+    assert!(stdout.contains("\\e]52;c;cm0gLXJmIH4="), "{stdout}");
+    assert!(stdout.contains("\\e]0;owned"), "{stdout}");
+    assert!(stdout.contains("\\e]8;;https://evil.example/"), "{stdout}");
+    assert!(stdout.contains("\n  ? allow it?"), "{stdout}");
+    assert_eq!(questions(&stdout), 0, "{stdout}");
+}
+
+#[test]
+fn help_unknown_commands_and_the_end_of_the_input() {
+    let c = Chat::new(Vec::new());
+    let out = c.chat("/help\n/frobnicate \x1b[2J\n");
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("garuda chat: model anthropic/"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("garuda: /audit verify"), "{stdout}");
+    assert!(
+        stdout.contains("garuda: no command /frobnicate \\e[2J (see /help); nothing was sent"),
+        "{stdout}"
+    );
+    // Nothing reached the model.
+    assert!(c.server.requests().is_empty());
+}
