@@ -146,7 +146,7 @@ impl Approver for LineApprover {
 }
 
 /// The unified diff of an edit, escaped line by line, at most [`DIFF_LINES_SHOWN`] lines.
-fn diff_lines(path: &str, before: Option<&str>, after: &str) -> Vec<String> {
+pub(crate) fn diff_lines(path: &str, before: Option<&str>, after: &str) -> Vec<String> {
     let old = before.unwrap_or("");
     let diff = similar::TextDiff::configure()
         .timeout(std::time::Duration::from_secs(2))
@@ -205,17 +205,7 @@ impl Front for LineFront {
         turns.set_activity(Activity::Lines(Box::new(move |line| {
             shown.borrow_mut().say(&format!("· {line}"));
         })));
-        io.borrow_mut().say(&format!(
-            "garuda chat: model {}, executor {}, commands {}, session {}; /help lists the commands",
-            garuda_text::visible(facts.model),
-            facts.executor,
-            match (facts.staged, facts.staged_apply) {
-                (false, _) => "direct",
-                (true, true) => "staged (changes applied: --staged-changes apply)",
-                (true, false) => "staged (changes discarded: --staged-changes apply applies them)",
-            },
-            facts.session_id,
-        ));
+        io.borrow_mut().say(&header(facts));
         loop {
             let Some(line) = io.borrow_mut().read() else {
                 return Ok(0);
@@ -225,21 +215,14 @@ impl Front for LineFront {
                 continue;
             }
             if let Some(command) = message.strip_prefix('/') {
-                match command.split_whitespace().collect::<Vec<_>>().as_slice() {
-                    ["exit" | "quit"] => return Ok(0),
-                    ["help"] => {
-                        let mut io = io.borrow_mut();
-                        for (name, what) in SLASH_COMMANDS {
-                            io.say(&format!("garuda: {name:<14} {what}"));
-                        }
-                    }
-                    ["audit", "verify"] => {
-                        audit_verify(&mut io.borrow_mut(), facts.project, turns.audit_head());
-                    }
-                    _ => io.borrow_mut().say(&format!(
-                        "garuda: no command /{} (see /help); nothing was sent",
-                        garuda_text::visible(command)
-                    )),
+                let mut said = Vec::new();
+                let exit = slash(command, facts, turns, &mut |l| said.push(l));
+                let mut io = io.borrow_mut();
+                for line in said {
+                    io.say(&line);
+                }
+                if exit {
+                    return Ok(0);
                 }
                 continue;
             }
@@ -259,13 +242,69 @@ impl Front for LineFront {
             if summary.reason != StopReason::Done {
                 io.say(&format!(
                     "garuda: the turn stopped: {}",
-                    serde_json::json!(summary.reason)
-                        .as_str()
-                        .unwrap_or("unknown")
+                    reason_name(summary.reason)
                 ));
             }
         }
     }
+}
+
+/// The chat's first line: what the session is.
+pub(crate) fn header(facts: &SessionFacts<'_>) -> String {
+    format!(
+        "garuda chat: model {}, executor {}, commands {}, session {}; /help lists the commands",
+        garuda_text::visible(facts.model),
+        facts.executor,
+        match (facts.staged, facts.staged_apply) {
+            (false, _) => "direct",
+            (true, true) => "staged (changes applied: --staged-changes apply)",
+            (true, false) => "staged (changes discarded: --staged-changes apply applies them)",
+        },
+        facts.session_id,
+    )
+}
+
+/// The terminal's footer: the same facts, short.
+pub(crate) fn footer(facts: &SessionFacts<'_>) -> String {
+    format!(
+        "{} · {} · {} · session {}",
+        garuda_text::visible(facts.model),
+        facts.executor,
+        if facts.staged { "staged" } else { "direct" },
+        facts.session_id
+    )
+}
+
+/// A stop reason as the wire names it.
+pub(crate) fn reason_name(reason: StopReason) -> String {
+    serde_json::json!(reason)
+        .as_str()
+        .unwrap_or("unknown")
+        .to_string()
+}
+
+/// A slash command (`command` without its `/`): its lines to `say`, each the supervisor's and
+/// escaped; true when it ends the chat.
+pub(crate) fn slash(
+    command: &str,
+    facts: &SessionFacts<'_>,
+    turns: &Turns<'_, '_, '_>,
+    say: &mut dyn FnMut(String),
+) -> bool {
+    match command.split_whitespace().collect::<Vec<_>>().as_slice() {
+        ["exit" | "quit"] => return true,
+        ["help"] => {
+            for (name, what) in SLASH_COMMANDS {
+                say(format!("garuda: {name:<14} {what}"));
+            }
+        }
+        ["audit", "verify"] => audit_verify(say, facts.project, turns.audit_head()),
+        _ => say(format!(
+            "garuda: no command /{} (see /help); nothing was sent",
+            garuda_text::visible(command)
+        )),
+    }
+    false
 }
 
 fn show_event(io: &Rc<RefCell<LineIo>>, event: &UiEvent) {
@@ -285,7 +324,11 @@ fn show_event(io: &Rc<RefCell<LineIo>>, event: &UiEvent) {
 /// `/audit verify`: the project's audit log verified, as `garuda audit verify` prints it,
 /// escaped, each line a line of the supervisor's. The chat's own session is open; this process
 /// vouches for the head it wrote.
-fn audit_verify(io: &mut LineIo, project: &std::path::Path, own: garuda_audit::SessionHead) {
+fn audit_verify(
+    say: &mut dyn FnMut(String),
+    project: &std::path::Path,
+    own: garuda_audit::SessionHead,
+) {
     let report = crate::audit_cmd::verify_report(crate::audit_cmd::VerifyArgs {
         json: false,
         project: Some(project.to_path_buf()),
@@ -298,10 +341,10 @@ fn audit_verify(io: &mut LineIo, project: &std::path::Path, own: garuda_audit::S
     match report {
         Ok(report) => {
             for line in report.render_text().lines() {
-                io.say(&format!("garuda: {}", garuda_text::visible(line)));
+                say(format!("garuda: {}", garuda_text::visible(line)));
             }
         }
-        Err(e) => io.say(&format!(
+        Err(e) => say(format!(
             "garuda: verify cannot run: {}",
             garuda_text::visible(&format!("{e:#}"))
         )),

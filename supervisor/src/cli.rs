@@ -396,9 +396,23 @@ pub fn main() -> i32 {
             replay: cli.replay,
             allow: cli.allow,
         };
-        let front = crate::chat::LineFront::stdio();
-        let front: Option<&dyn crate::run_agent::Front> = if chat { Some(&front) } else { None };
-        return match crate::run_agent::run(args, front) {
+        let result = if chat {
+            use std::io::IsTerminal;
+            let terminal = std::io::stdin().is_terminal()
+                && std::io::stdout().is_terminal()
+                && std::env::var_os("TERM").is_some_and(|t| t != "dumb");
+            if terminal {
+                match crate::chat_tui::TermFront::start() {
+                    Ok(front) => crate::run_agent::run(args, Some(&front)),
+                    Err(e) => Err(e),
+                }
+            } else {
+                crate::run_agent::run(args, Some(&crate::chat::LineFront::stdio()))
+            }
+        } else {
+            crate::run_agent::run(args, None)
+        };
+        return match result {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("garuda: {}", visible(&describe_error(&e)));

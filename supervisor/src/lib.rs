@@ -30,6 +30,7 @@ pub mod agent;
 pub mod audit_cmd;
 pub mod broker;
 pub mod chat;
+pub mod chat_tui;
 pub mod cli;
 pub mod demo;
 pub mod dnsstub;

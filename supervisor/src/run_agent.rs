@@ -637,6 +637,11 @@ impl Turns<'_, '_, '_> {
         prompt: &str,
         ui: &mut dyn FnMut(&UiEvent),
     ) -> Result<crate::broker::server::TurnSummary> {
+        // A stop asked for during an earlier turn (the chat's Esc) is not this turn's; a
+        // signal is (it ends the session).
+        if crate::sys::forwarded_signal().is_none() {
+            self.cancel.store(false, Ordering::SeqCst);
+        }
         let summary = self
             .broker
             .turn(prompt, &mut self.tools, ui, &self.cancel)
@@ -645,6 +650,11 @@ impl Turns<'_, '_, '_> {
             .serve_idle(&mut self.tools, Duration::from_millis(200))
             .map_err(|e| anyhow!(e))?;
         Ok(summary)
+    }
+
+    /// The flag that stops the running turn (set by a signal, or by the chat's Esc).
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.cancel)
     }
 
     /// The session's audit position, which this process vouches for (its session is open).

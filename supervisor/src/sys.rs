@@ -206,6 +206,16 @@ pub fn forward_signals_to(target: libc::pid_t) {
     }
 }
 
+/// Kills the command registered with [`forward_signals_to`] now, as a forwarded signal would,
+/// without marking a signal as received: the chat's Esc and first Ctrl-C stop the running
+/// command and the turn, and the session goes on (its next commands run).
+pub fn kill_forward_target() {
+    let target = FORWARD_TARGET.load(std::sync::atomic::Ordering::SeqCst);
+    if target != 0 {
+        let _ = kill(target, libc::SIGKILL);
+    }
+}
+
 fn set_action(signal: libc::c_int, handler: libc::sighandler_t) -> io::Result<()> {
     // SAFETY: sigaction is plain data; all-zero is a valid value that we then fill.
     let mut action: libc::sigaction = unsafe { std::mem::zeroed() };

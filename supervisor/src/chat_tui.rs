@@ -1,0 +1,593 @@
+//! The chat on a terminal: `garuda` with no task when stdin and stdout are terminals (and
+//! `TERM` is not `dumb`).
+//!
+//! The supervisor owns the terminal, in raw mode, without the alternate screen: finished lines
+//! go once into the terminal's scrollback, and a **live area** at the bottom is redrawn in
+//! place: the model's unfinished line, a line while a turn runs (elapsed time, what stops it),
+//! a notice, the footer (model, executor, direct or staged, session) and the input line. The
+//! lines are those of line mode ([`crate::chat`]): the supervisor's start at the first column
+//! with their marker, the model's text is escaped ([`garuda_text::visible_lines`]) and
+//! indented, so no text of the model or of a tool can move the cursor, rewrite a line, reach
+//! the clipboard, the title or a hyperlink, or draw a question. A question is the supervisor's
+//! alone: its lines go to the scrollback, and the live area shows the choice in reverse video
+//! (a style no escaped text can produce) and rings the bell.
+//!
+//! Keys (read on a thread of their own, so they work while a turn runs): Enter sends; Alt+Enter
+//! or `\` then Enter adds a line; Up and Down walk the history; Esc stops the running turn and
+//! kills its command; Ctrl-C does the same, and a second Ctrl-C exits (130); Ctrl-D on an empty
+//! line ends the chat. During a question: `y` (once), `a` (always, for this session), `n` or
+//! Esc (no).
+//!
+//! The terminal is restored on every way out: the end of `drive`, an error, a panic (a hook
+//! restores it before the message prints) and a signal (the supervisor's forwarding handlers
+//! turn it into the end of the turn and of the chat).
+//!
+//! Idle, nothing runs: the key thread waits in `read`, the main thread on a channel; the live
+//! area is redrawn only on a key, an event of the agent, or the once-a-second tick of the
+//! elapsed time while a turn runs.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use garuda_ipc::{StopReason, UiEvent};
+
+use crate::broker::host::{Approval, Approved, Approver};
+use crate::run_agent::{Activity, Front, SessionFacts, Turns};
+
+/// What the key thread hands the main thread.
+enum FromKeys {
+    /// A line to send (a message or a slash command).
+    Line(String),
+    /// A key typed while a question is open.
+    Answer(char),
+    /// End the chat with this exit code.
+    Exit(i32),
+}
+
+/// What both threads draw on.
+struct Shared {
+    screen: Mutex<Screen>,
+    /// The running turn's stop flag, while a turn runs.
+    turn: Mutex<Option<Arc<AtomicBool>>>,
+    /// A question is open: keys are its answer.
+    asking: AtomicBool,
+    /// An exit asked for while the main thread was busy (a question, a turn).
+    exit: Mutex<Option<i32>>,
+}
+
+impl Shared {
+    fn screen(&self) -> MutexGuard<'_, Screen> {
+        self.screen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn turn(&self) -> MutexGuard<'_, Option<Arc<AtomicBool>>> {
+        self.turn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The terminal's state, drawn under the lock.
+struct Screen {
+    out: std::io::Stdout,
+    /// `NO_COLOR` is not set.
+    color: bool,
+    /// Rows the live area took when last drawn; the cursor is on its last row.
+    live_rows: u16,
+    /// The model's unfinished line, escaped.
+    open_line: String,
+    input: String,
+    history: Vec<String>,
+    /// The history entry shown (Up/Down), if any.
+    browsing: Option<usize>,
+    footer: String,
+    /// A turn runs since then.
+    busy: Option<Instant>,
+    /// The open question's choice line.
+    question: Option<String>,
+    /// Ctrl-C was pressed once: the next one exits.
+    ctrl_c_armed: bool,
+    notice: Option<String>,
+}
+
+/// SGR pieces (nothing when colour is off, except reverse video, which is not a colour).
+const DIM: &str = "\x1b[2m";
+const RESET: &str = "\x1b[0m";
+const REVERSE: &str = "\x1b[7m";
+
+impl Screen {
+    fn width(&self) -> usize {
+        crossterm::terminal::size().map_or(80, |(cols, _)| usize::from(cols.max(1)))
+    }
+
+    /// Rows `text` (no control characters but SGR) takes at `cols` columns.
+    fn rows(text: &str, cols: usize) -> u16 {
+        let mut width = 0usize;
+        let mut in_sgr = false;
+        for c in text.chars() {
+            match (in_sgr, c) {
+                (false, '\x1b') => in_sgr = true,
+                (true, 'm') => in_sgr = false,
+                (true, _) => {}
+                (false, _) => width += 1,
+            }
+        }
+        u16::try_from(width.div_ceil(cols).max(1)).unwrap_or(u16::MAX)
+    }
+
+    fn styled(&self, style: &str, text: &str) -> String {
+        if self.color || style == REVERSE {
+            format!("{style}{text}{RESET}")
+        } else {
+            text.to_string()
+        }
+    }
+
+    /// Clears the live area; the cursor ends at its first row, column 0.
+    fn clear_live(&mut self) {
+        let mut seq = String::new();
+        if self.live_rows > 1 {
+            seq.push_str(&format!("\x1b[{}A", self.live_rows - 1));
+        }
+        seq.push_str("\r\x1b[J");
+        let _ = self.out.write_all(seq.as_bytes());
+        self.live_rows = 0;
+    }
+
+    /// Draws the live area below the cursor (at column 0 of an empty row).
+    fn draw_live(&mut self) {
+        let cols = self.width();
+        let mut rows: Vec<String> = Vec::new();
+        if !self.open_line.is_empty() {
+            rows.push(format!("  {}", self.open_line));
+        }
+        if let Some(since) = self.busy {
+            rows.push(self.styled(
+                DIM,
+                &format!(
+                    "working {}s · Esc stops the turn · Ctrl-C twice exits",
+                    since.elapsed().as_secs()
+                ),
+            ));
+        }
+        if let Some(q) = &self.question {
+            rows.push(self.styled(REVERSE, q));
+        }
+        if let Some(n) = &self.notice {
+            rows.push(format!("garuda: {n}"));
+        }
+        rows.push(self.styled(DIM, &self.footer));
+        let shown_input = self.input.replace('\n', "⏎");
+        rows.push(format!("› {shown_input}"));
+        self.live_rows = rows.iter().map(|r| Screen::rows(r, cols)).sum();
+        let _ = self.out.write_all(rows.join("\r\n").as_bytes());
+        let _ = self.out.flush();
+    }
+
+    fn redraw(&mut self) {
+        self.clear_live();
+        self.draw_live();
+    }
+
+    /// Finished lines into the scrollback (each already escaped), then the live area again.
+    fn print(&mut self, lines: &[String]) {
+        self.clear_live();
+        for line in lines {
+            let _ = self.out.write_all(line.as_bytes());
+            let _ = self.out.write_all(b"\r\n");
+        }
+        self.draw_live();
+    }
+
+    /// A line of the supervisor's own (escaped by the caller).
+    fn say(&mut self, line: &str) {
+        let mut lines = self.take_open();
+        lines.push(line.to_string());
+        self.print(&lines);
+    }
+
+    /// The model's unfinished line as a finished one, if there is one.
+    fn take_open(&mut self) -> Vec<String> {
+        if self.open_line.is_empty() {
+            Vec::new()
+        } else {
+            vec![format!("  {}", std::mem::take(&mut self.open_line))]
+        }
+    }
+
+    /// More of the model's text: escaped, each finished line indented into the scrollback.
+    fn model_text(&mut self, text: &str) {
+        let shown = garuda_text::visible_lines(text);
+        let mut finished = Vec::new();
+        for c in shown.chars() {
+            if c == '\n' {
+                finished.push(format!("  {}", std::mem::take(&mut self.open_line)));
+            } else {
+                self.open_line.push(c);
+            }
+        }
+        if finished.is_empty() {
+            self.redraw();
+        } else {
+            self.print(&finished);
+        }
+    }
+}
+
+/// Puts the terminal back: the live area's input line ends, raw mode off.
+fn restore(screen: &mut Screen) {
+    screen.clear_live();
+    let _ = screen.out.write_all(b"\x1b[0m\x1b[?25h");
+    let _ = screen.out.flush();
+    let _ = crossterm::terminal::disable_raw_mode();
+}
+
+/// The chat on this process's terminal.
+pub struct TermFront {
+    shared: Arc<Shared>,
+    from_keys: Arc<Mutex<Receiver<FromKeys>>>,
+}
+
+impl TermFront {
+    /// Takes the terminal: raw mode, the key thread, a panic hook that gives it back.
+    pub fn start() -> Result<TermFront> {
+        crossterm::terminal::enable_raw_mode().context("putting the terminal in raw mode")?;
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let _ = crossterm::terminal::disable_raw_mode();
+            let _ = std::io::stdout().write_all(b"\x1b[0m\x1b[?25h\r\n");
+            previous(info);
+        }));
+        let shared = Arc::new(Shared {
+            screen: Mutex::new(Screen {
+                out: std::io::stdout(),
+                color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+                live_rows: 0,
+                open_line: String::new(),
+                input: String::new(),
+                history: Vec::new(),
+                browsing: None,
+                footer: String::new(),
+                busy: None,
+                question: None,
+                ctrl_c_armed: false,
+                notice: None,
+            }),
+            turn: Mutex::new(None),
+            asking: AtomicBool::new(false),
+            exit: Mutex::new(None),
+        });
+        let (to_main, from_keys) = mpsc::channel();
+        let keys_shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("garuda-keys".into())
+            .spawn(move || read_keys(&keys_shared, &to_main))
+            .context("starting the key reader")?;
+        Ok(TermFront {
+            shared,
+            from_keys: Arc::new(Mutex::new(from_keys)),
+        })
+    }
+}
+
+impl Drop for TermFront {
+    fn drop(&mut self) {
+        restore(&mut self.shared.screen());
+    }
+}
+
+/// The key thread: each key changes the input line, answers the open question, or stops.
+fn read_keys(shared: &Shared, to_main: &Sender<FromKeys>) {
+    loop {
+        let key = match event::read() {
+            Ok(Event::Key(key)) if key.kind != KeyEventKind::Release => key,
+            Ok(Event::Resize(..)) => {
+                shared.screen().redraw();
+                continue;
+            }
+            Ok(_) => continue,
+            Err(_) => {
+                // The terminal is gone: end the chat.
+                let _ = to_main.send(FromKeys::Exit(1));
+                return;
+            }
+        };
+        if let Some(message) = on_key(shared, key) {
+            let exit = matches!(message, FromKeys::Exit(_));
+            if let FromKeys::Exit(code) = message {
+                *shared
+                    .exit
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(code);
+            }
+            if to_main.send(message).is_err() || exit {
+                return;
+            }
+        }
+    }
+}
+
+/// One key; what the main thread must hear of it.
+fn on_key(shared: &Shared, key: KeyEvent) -> Option<FromKeys> {
+    let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+    let is_ctrl_c = ctrl && key.code == KeyCode::Char('c');
+    if shared.asking.load(Ordering::SeqCst) && !is_ctrl_c {
+        return match key.code {
+            KeyCode::Char(c) => Some(FromKeys::Answer(c.to_ascii_lowercase())),
+            KeyCode::Esc => Some(FromKeys::Answer('n')),
+            _ => None,
+        };
+    }
+    let running = shared.turn().clone();
+    let mut screen = shared.screen();
+    if is_ctrl_c {
+        if screen.ctrl_c_armed {
+            return Some(FromKeys::Exit(130));
+        }
+        screen.ctrl_c_armed = true;
+        if let Some(flag) = running {
+            flag.store(true, Ordering::SeqCst);
+            crate::sys::kill_forward_target();
+            screen.notice = Some("stopping the turn; Ctrl-C again exits".into());
+        } else {
+            screen.notice = Some("Ctrl-C again exits".into());
+        }
+        if shared.asking.load(Ordering::SeqCst) {
+            // The question is answered no; the turn stops.
+            screen.redraw();
+            return Some(FromKeys::Answer('n'));
+        }
+        screen.redraw();
+        return None;
+    }
+    screen.ctrl_c_armed = false;
+    screen.notice = None;
+    let mut message = None;
+    match key.code {
+        KeyCode::Esc => {
+            if let Some(flag) = running {
+                flag.store(true, Ordering::SeqCst);
+                crate::sys::kill_forward_target();
+                screen.notice = Some("stopping the turn".into());
+            }
+        }
+        KeyCode::Enter if key.modifiers.contains(KeyModifiers::ALT) => screen.input.push('\n'),
+        KeyCode::Enter if screen.input.ends_with('\\') => {
+            screen.input.pop();
+            screen.input.push('\n');
+        }
+        KeyCode::Enter => {
+            if running.is_some() {
+                screen.notice = Some("a turn is running: Esc stops it".into());
+            } else if !screen.input.trim().is_empty() {
+                let line = std::mem::take(&mut screen.input);
+                screen.history.push(line.clone());
+                screen.browsing = None;
+                message = Some(FromKeys::Line(line));
+            }
+        }
+        KeyCode::Char('d') if ctrl && screen.input.is_empty() && running.is_none() => {
+            return Some(FromKeys::Exit(0));
+        }
+        KeyCode::Char('u') if ctrl => screen.input.clear(),
+        KeyCode::Char(c) if !ctrl => screen.input.push(c),
+        KeyCode::Backspace => {
+            screen.input.pop();
+        }
+        KeyCode::Up if !screen.history.is_empty() => {
+            let at = screen
+                .browsing
+                .map_or(screen.history.len() - 1, |i| i.saturating_sub(1));
+            screen.browsing = Some(at);
+            screen.input = screen.history[at].clone();
+        }
+        KeyCode::Down => match screen.browsing {
+            Some(i) if i + 1 < screen.history.len() => {
+                screen.browsing = Some(i + 1);
+                screen.input = screen.history[i + 1].clone();
+            }
+            Some(_) => {
+                screen.browsing = None;
+                screen.input.clear();
+            }
+            None => {}
+        },
+        _ => {}
+    }
+    screen.redraw();
+    message
+}
+
+/// The questions, drawn by the supervisor and answered with a key.
+struct TermApprover {
+    shared: Arc<Shared>,
+    from_keys: Arc<Mutex<Receiver<FromKeys>>>,
+}
+
+impl Approver for TermApprover {
+    fn approve(&mut self, question: &Approval) -> bool {
+        self.answer(question) != Approved::No
+    }
+
+    fn answer(&mut self, question: &Approval) -> Approved {
+        let v = garuda_text::visible;
+        let mut lines = vec![format!(
+            "? {} {}: {}",
+            question.tool,
+            v(&question.target),
+            v(&question.reason)
+        )];
+        if let Some((before, after)) = &question.change {
+            for line in crate::chat::diff_lines(&question.target, before.as_deref(), after) {
+                lines.push(format!("?   {line}"));
+            }
+        }
+        {
+            let mut screen = self.shared.screen();
+            let mut out = screen.take_open();
+            out.extend(lines);
+            screen.question = Some(format!(
+                " garuda asks: allow {} {}?  y = yes, once   a = always, this session   n = no ",
+                question.tool,
+                v(&question.target)
+            ));
+            screen.print(&out);
+            // The bell: a question waits.
+            let _ = screen.out.write_all(b"\x07");
+            let _ = screen.out.flush();
+        }
+        self.shared.asking.store(true, Ordering::SeqCst);
+        let answer = loop {
+            let key = self
+                .from_keys
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .recv();
+            match key {
+                Ok(FromKeys::Answer('y')) => break Approved::Once,
+                Ok(FromKeys::Answer('a')) => break Approved::ForSession,
+                Ok(FromKeys::Answer('n')) | Ok(FromKeys::Exit(_)) | Err(_) => break Approved::No,
+                Ok(_) => {}
+            }
+        };
+        self.shared.asking.store(false, Ordering::SeqCst);
+        let mut screen = self.shared.screen();
+        screen.question = None;
+        screen.say(match answer {
+            Approved::Once => "? answered: yes, once",
+            Approved::ForSession => "? answered: always, for this session",
+            Approved::No => "? answered: no",
+        });
+        answer
+    }
+}
+
+impl Front for TermFront {
+    fn approver(&self) -> Box<dyn Approver> {
+        Box::new(TermApprover {
+            shared: Arc::clone(&self.shared),
+            from_keys: Arc::clone(&self.from_keys),
+        })
+    }
+
+    fn drive(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<i32> {
+        let shared = Arc::clone(&self.shared);
+        turns.set_activity(Activity::Lines(Box::new(move |line| {
+            shared.screen().say(&format!("· {line}"));
+        })));
+        {
+            let mut screen = self.shared.screen();
+            screen.footer = crate::chat::footer(facts);
+            screen.say(&crate::chat::header(facts));
+        }
+        loop {
+            if let Some(code) = *self
+                .shared
+                .exit
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+            {
+                return Ok(code);
+            }
+            let next = self
+                .from_keys
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .recv_timeout(Duration::from_millis(500));
+            let line = match next {
+                Ok(FromKeys::Line(line)) => line,
+                Ok(FromKeys::Exit(code)) => return Ok(code),
+                Ok(FromKeys::Answer(_)) | Err(RecvTimeoutError::Timeout) => {
+                    if crate::sys::forwarded_signal().is_some() {
+                        return Ok(130);
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return Ok(0),
+            };
+            let message = line.trim();
+            if let Some(command) = message.strip_prefix('/') {
+                let mut said = Vec::new();
+                let exit = crate::chat::slash(command, facts, turns, &mut |l| said.push(l));
+                let mut screen = self.shared.screen();
+                screen.print(&said);
+                if exit {
+                    return Ok(0);
+                }
+                continue;
+            }
+            self.shared
+                .screen()
+                .say(&format!("> {}", garuda_text::visible(message)));
+            let summary = self.run_turn(turns, message)?;
+            if crate::sys::forwarded_signal().is_some() {
+                self.shared.screen().say("garuda: interrupted");
+                return Ok(130);
+            }
+            if summary.reason != StopReason::Done {
+                self.shared.screen().say(&format!(
+                    "garuda: the turn stopped: {}",
+                    crate::chat::reason_name(summary.reason)
+                ));
+            }
+        }
+    }
+}
+
+impl TermFront {
+    /// One turn, with the elapsed-time line ticking once a second while it runs.
+    fn run_turn(
+        &self,
+        turns: &mut Turns<'_, '_, '_>,
+        message: &str,
+    ) -> Result<crate::broker::server::TurnSummary> {
+        *self.shared.turn() = Some(turns.cancel_flag());
+        {
+            let mut screen = self.shared.screen();
+            screen.busy = Some(Instant::now());
+            screen.redraw();
+        }
+        let ticking = Arc::new(AtomicBool::new(true));
+        let ticker = {
+            let shared = Arc::clone(&self.shared);
+            let ticking = Arc::clone(&ticking);
+            std::thread::spawn(move || {
+                while ticking.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    if ticking.load(Ordering::SeqCst) {
+                        shared.screen().redraw();
+                    }
+                }
+            })
+        };
+        let shared = Arc::clone(&self.shared);
+        let result = turns.turn(message, &mut |event| show_event(&shared, event));
+        ticking.store(false, Ordering::SeqCst);
+        let _ = ticker.join();
+        *self.shared.turn() = None;
+        let mut screen = self.shared.screen();
+        screen.busy = None;
+        let open = screen.take_open();
+        screen.print(&open);
+        result
+    }
+}
+
+fn show_event(shared: &Shared, event: &UiEvent) {
+    let mut screen = shared.screen();
+    match event {
+        UiEvent::TextDelta { text } => screen.model_text(text),
+        UiEvent::Notice { text } => screen.say(&format!("garuda: {}", garuda_text::visible(text))),
+        UiEvent::TextRetracted { .. } => {
+            screen.say("garuda: the text above is sent again (the model's stream broke)");
+        }
+        UiEvent::ToolProgress { .. } | UiEvent::Usage { .. } => {}
+    }
+}
