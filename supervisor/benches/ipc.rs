@@ -146,6 +146,7 @@ fn round_trips(project: &Path, home: &Path, requests: Vec<Request>) -> (Vec<Dura
                 env: vec![],
                 staged: false,
                 staged_apply: false,
+                ask_staged: false,
                 in_process: None,
             },
             None,

@@ -27,6 +27,7 @@ use garuda_ipc::{StopReason, UiEvent};
 
 use crate::broker::host::{Approval, Approved, Approver};
 use crate::run_agent::{Activity, Front, SessionFacts, Turns};
+use crate::staged_ask::StagedQuestion;
 
 /// The slash commands, with what each does, for `/help`.
 pub const SLASH_COMMANDS: [(&str, &str); 3] = [
@@ -114,6 +115,36 @@ pub struct LineApprover(pub Rc<RefCell<LineIo>>);
 impl Approver for LineApprover {
     fn approve(&mut self, question: &Approval) -> bool {
         self.answer(question) != Approved::No
+    }
+
+    fn staged(&mut self, question: &StagedQuestion) -> bool {
+        let mut io = self.0.borrow_mut();
+        let yes = match question {
+            StagedQuestion::ApplyOrDiscard { summary, can_apply } => {
+                io.say("? the staged command changed the project's view:");
+                for line in summary.lines() {
+                    io.say(&format!("?   {}", garuda_text::visible(line)));
+                }
+                if *can_apply {
+                    io.say("? apply or discard this change? a = apply, d = discard");
+                } else {
+                    io.say(
+                        "? this change can only be discarded (the list is incomplete): d = discard",
+                    );
+                }
+                *can_apply && matches!(io.read().as_deref().map(str::trim), Some("a" | "apply"))
+            }
+            StagedQuestion::Guard { text } => {
+                io.say(&format!("? {} y = yes, n = no", garuda_text::visible(text)));
+                matches!(io.read().as_deref().map(str::trim), Some("y" | "yes"))
+            }
+        };
+        io.say(if yes {
+            "? answered: yes"
+        } else {
+            "? answered: no"
+        });
+        yes
     }
 
     fn answer(&mut self, question: &Approval) -> Approved {
@@ -255,10 +286,10 @@ pub(crate) fn header(facts: &SessionFacts<'_>) -> String {
         "garuda chat: model {}, executor {}, commands {}, session {}; /help lists the commands",
         garuda_text::visible(facts.model),
         facts.executor,
-        match (facts.staged, facts.staged_apply) {
-            (false, _) => "direct",
-            (true, true) => "staged (changes applied: --staged-changes apply)",
-            (true, false) => "staged (changes discarded: --staged-changes apply applies them)",
+        if facts.staged {
+            "staged (each change asked: apply or discard)"
+        } else {
+            "direct"
         },
         facts.session_id,
     )

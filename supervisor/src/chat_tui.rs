@@ -38,6 +38,7 @@ use garuda_ipc::{StopReason, UiEvent};
 
 use crate::broker::host::{Approval, Approved, Approver};
 use crate::run_agent::{Activity, Front, SessionFacts, Turns};
+use crate::staged_ask::StagedQuestion;
 
 /// What the key thread hands the main thread.
 enum FromKeys {
@@ -411,9 +412,80 @@ struct TermApprover {
     from_keys: Arc<Mutex<Receiver<FromKeys>>>,
 }
 
+impl TermApprover {
+    /// Shows `lines` in the scrollback and `choice` in reverse video, rings the bell, and waits
+    /// for a key; the key (lower case), or `None` for Ctrl-C or an exit.
+    fn ask(&mut self, lines: Vec<String>, choice: String) -> Option<char> {
+        {
+            let mut screen = self.shared.screen();
+            let mut out = screen.take_open();
+            out.extend(lines);
+            screen.question = Some(choice);
+            screen.print(&out);
+            let _ = screen.out.write_all(b"\x07");
+            let _ = screen.out.flush();
+        }
+        self.shared.asking.store(true, Ordering::SeqCst);
+        let key = loop {
+            let key = self
+                .from_keys
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .recv();
+            match key {
+                Ok(FromKeys::Answer(c)) => break Some(c),
+                Ok(FromKeys::Exit(_)) | Err(_) => break None,
+                Ok(FromKeys::Line(_)) => {}
+            }
+        };
+        self.shared.asking.store(false, Ordering::SeqCst);
+        self.shared.screen().question = None;
+        key
+    }
+}
+
 impl Approver for TermApprover {
     fn approve(&mut self, question: &Approval) -> bool {
         self.answer(question) != Approved::No
+    }
+
+    fn staged(&mut self, question: &StagedQuestion) -> bool {
+        let yes = match question {
+            StagedQuestion::ApplyOrDiscard { summary, can_apply } => {
+                let mut lines =
+                    vec!["? the staged command changed the project's view:".to_string()];
+                lines.extend(
+                    summary
+                        .lines()
+                        .map(|l| format!("?   {}", garuda_text::visible(l))),
+                );
+                let choice = if *can_apply {
+                    " garuda asks: apply or discard this change?  a = apply   d = discard "
+                } else {
+                    " garuda asks: this change can only be discarded (the list is incomplete)  d = discard "
+                };
+                loop {
+                    match self.ask(std::mem::take(&mut lines), choice.to_string()) {
+                        Some('a') if *can_apply => break true,
+                        Some('d' | 'n') | None => break false,
+                        Some(_) => {}
+                    }
+                }
+            }
+            StagedQuestion::Guard { text } => matches!(
+                self.ask(
+                    vec![format!("? {}", garuda_text::visible(text))],
+                    " garuda asks: apply them too?  y = yes   n = no ".to_string(),
+                ),
+                Some('y')
+            ),
+        };
+        self.shared.screen().say(if yes {
+            "? answered: yes"
+        } else {
+            "? answered: no"
+        });
+        yes
     }
 
     fn answer(&mut self, question: &Approval) -> Approved {
@@ -429,37 +501,21 @@ impl Approver for TermApprover {
                 lines.push(format!("?   {line}"));
             }
         }
-        {
-            let mut screen = self.shared.screen();
-            let mut out = screen.take_open();
-            out.extend(lines);
-            screen.question = Some(format!(
-                " garuda asks: allow {} {}?  y = yes, once   a = always, this session   n = no ",
-                question.tool,
-                v(&question.target)
-            ));
-            screen.print(&out);
-            // The bell: a question waits.
-            let _ = screen.out.write_all(b"\x07");
-            let _ = screen.out.flush();
-        }
-        self.shared.asking.store(true, Ordering::SeqCst);
+        let choice = format!(
+            " garuda asks: allow {} {}?  y = yes, once   a = always, this session   n = no ",
+            question.tool,
+            v(&question.target)
+        );
+        let mut pending = lines;
         let answer = loop {
-            let key = self
-                .from_keys
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .recv();
-            match key {
-                Ok(FromKeys::Answer('y')) => break Approved::Once,
-                Ok(FromKeys::Answer('a')) => break Approved::ForSession,
-                Ok(FromKeys::Answer('n')) | Ok(FromKeys::Exit(_)) | Err(_) => break Approved::No,
-                Ok(_) => {}
+            match self.ask(std::mem::take(&mut pending), choice.clone()) {
+                Some('y') => break Approved::Once,
+                Some('a') => break Approved::ForSession,
+                Some('n') | None => break Approved::No,
+                Some(_) => {}
             }
         };
-        self.shared.asking.store(false, Ordering::SeqCst);
         let mut screen = self.shared.screen();
-        screen.question = None;
         screen.say(match answer {
             Approved::Once => "? answered: yes, once",
             Approved::ForSession => "? answered: always, for this session",

@@ -178,6 +178,16 @@ enum Cmd {
         /// refuses a change that touches one (exit 122).
         #[arg(long = "apply-sensitive", requires = "apply")]
         apply_sensitive: bool,
+        /// With a staged command: ask "apply or discard?" over the Unix socket at PATH instead
+        /// of on the terminal (the chat runs its staged commands so; `staged_ask`).
+        #[arg(
+            long = "ask-socket",
+            value_name = "PATH",
+            hide = true,
+            requires = "staged",
+            conflicts_with_all = ["apply", "discard"]
+        )]
+        ask_socket: Option<PathBuf>,
         /// Use the strict profile: an OS sandbox is required (no host fallback).
         #[arg(long)]
         strict: bool,
@@ -374,6 +384,10 @@ pub fn main() -> i32 {
     let Some(command) = cli.command else {
         // Neither a task nor a subcommand: the chat.
         let chat = cli.print.is_none();
+        if chat && cli.staged_changes != StagedChangesArg::Discard {
+            eprintln!("garuda: --staged-changes is for -p, where no one is asked; the chat asks about each staged change");
+            return SETUP_FAILED;
+        }
         let prompt = cli.print.flatten();
         let args = crate::run_agent::RunArgs {
             prompt,
@@ -466,10 +480,12 @@ pub fn main() -> i32 {
             apply,
             discard,
             apply_sensitive,
+            ask_socket,
             strict,
             allow_host,
             command,
         } => match sandbox(SandboxArgs {
+            ask_socket,
             executor_flag: executor,
             project,
             capture,
@@ -1265,6 +1281,8 @@ enum Decision {
 }
 
 struct SandboxArgs {
+    /// Where a staged command's questions go instead of the terminal.
+    ask_socket: Option<PathBuf>,
     executor_flag: Option<ExecutorArg>,
     project: Option<PathBuf>,
     capture: bool,
@@ -1279,6 +1297,7 @@ struct SandboxArgs {
 
 fn sandbox(args: SandboxArgs) -> Result<i32> {
     let SandboxArgs {
+        ask_socket,
         executor_flag,
         project,
         capture,
@@ -1320,6 +1339,7 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
             timeout,
             verbose,
             decision,
+            ask_socket,
             command,
             project_from,
         },
@@ -1355,6 +1375,7 @@ struct RunInputs {
     timeout: Option<u64>,
     verbose: bool,
     decision: Option<Decision>,
+    ask_socket: Option<PathBuf>,
     command: Vec<OsString>,
     project_from: ProjectFrom,
 }
@@ -1371,6 +1392,7 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
         timeout,
         verbose,
         decision,
+        ask_socket,
         command,
         project_from,
     } = inputs;
@@ -1490,6 +1512,7 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
         policy,
         mode,
         decision,
+        ask_socket.as_deref(),
     );
     // The session folder goes whatever happened; a failure to remove it is only reported.
     if let Err(e) = session.close() {
@@ -1644,6 +1667,7 @@ fn run_staged(
     mut policy: garuda_policy::ExecPolicy,
     mode: StdioMode,
     decision: Option<Decision>,
+    ask_socket: Option<&Path>,
 ) -> Result<(executor::Outcome, &'static str, Option<i32>, Option<i32>)> {
     let mark = session.prepare()?;
     policy.staged = Some(session.view());
@@ -1668,7 +1692,8 @@ fn run_staged(
         eprintln!("garuda: the command was killed at the timeout: its change was discarded and the project did not change");
         return Ok((outcome, "discarded (timed out)", None, None));
     }
-    eprintln!("{}", garuda_staging::render(&set, session));
+    let rendered = garuda_staging::render(&set, session);
+    eprintln!("{rendered}");
     // Only `--discard` makes a discard the caller's own choice; a discard at the question or
     // for want of a terminal is "not applied" to a script that chained on the exit code.
     let discard_code = if decision.is_some() {
@@ -1681,11 +1706,11 @@ fn run_staged(
     let asked = decision.is_none();
     let decision = match decision {
         Some(d) => d,
-        None => ask_apply_or_discard(set.can_apply())?,
+        None => ask_apply_or_discard(ask_socket, &rendered, set.can_apply())?,
     };
     let mut approved = Vec::new();
     if let (Decision::Apply { sensitive }, true) = (decision, set.can_apply()) {
-        match approve_guards(&set, asked, sensitive)? {
+        match approve_guards(&set, asked, sensitive, ask_socket)? {
             Ok(guards) => approved = guards,
             Err((what, code)) => {
                 session.discard(&set)?;
@@ -1750,6 +1775,7 @@ fn approve_guards(
     set: &garuda_staging::ChangeSet,
     asked: bool,
     sensitive_flag: bool,
+    ask_socket: Option<&Path>,
 ) -> Result<std::result::Result<Vec<Guard>, (&'static str, i32)>> {
     let mut approved = Vec::new();
     for guard in Guard::ALL {
@@ -1762,7 +1788,7 @@ fn approve_guards(
             continue;
         }
         let yes = if asked {
-            ask_guard(guard)?
+            ask_guard(guard, ask_socket)?
         } else {
             guard == Guard::Sensitive && sensitive_flag
         };
@@ -1801,12 +1827,17 @@ fn approve_guards(
 /// The question of a guard's own, asked after "apply": Garuda's settings can loosen what
 /// later commands may do, and a sensitive file's content was not shown, so a yes to the
 /// change is no yes to them. Anything but `y` or `yes` (or the end of input) is a no.
-fn ask_guard(guard: Guard) -> Result<bool> {
+fn ask_guard(guard: Guard, ask_socket: Option<&Path>) -> Result<bool> {
     use std::io::BufRead;
-    match guard {
-        Guard::GarudaSettings => eprint!("This change also writes Garuda's project settings (.garuda/, listed above), which can loosen what later commands may do. Apply them too? [y/N] "),
-        Guard::Sensitive => eprint!("This change also writes sensitive files (listed above under \"Sensitive files changed\"), whose content is not shown. Apply them too? [y/N] "),
+    let text = match guard {
+        Guard::GarudaSettings => "This change also writes Garuda's project settings (.garuda/, listed above), which can loosen what later commands may do. Apply them too?",
+        Guard::Sensitive => "This change also writes sensitive files (listed above under \"Sensitive files changed\"), whose content is not shown. Apply them too?",
+    };
+    if let Some(path) = ask_socket {
+        let question = crate::staged_ask::StagedQuestion::Guard { text: text.into() };
+        return Ok(crate::staged_ask::ask(path, &question));
     }
+    eprint!("{text} [y/N] ");
     let mut line = String::new();
     if std::io::stdin().lock().read_line(&mut line)? == 0 {
         return Ok(false);
@@ -1816,8 +1847,23 @@ fn ask_guard(guard: Guard) -> Result<bool> {
 
 /// Ask on the terminal. Without one, discard and say so: an unattended run never applies a
 /// change nobody saw.
-fn ask_apply_or_discard(can_apply: bool) -> Result<Decision> {
+fn ask_apply_or_discard(
+    ask_socket: Option<&Path>,
+    rendered: &str,
+    can_apply: bool,
+) -> Result<Decision> {
     use std::io::{BufRead, IsTerminal};
+    if let Some(path) = ask_socket {
+        let question = crate::staged_ask::StagedQuestion::ApplyOrDiscard {
+            summary: rendered.to_string(),
+            can_apply,
+        };
+        return Ok(if crate::staged_ask::ask(path, &question) && can_apply {
+            Decision::Apply { sensitive: false }
+        } else {
+            Decision::Discard
+        });
+    }
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         eprintln!("garuda: no terminal to ask on and neither --apply nor --discard: discarding");

@@ -45,4 +45,5 @@ pub mod record;
 pub mod replay;
 pub mod run_agent;
 pub mod sessions;
+pub mod staged_ask;
 pub(crate) mod sys;

@@ -106,8 +106,6 @@ pub struct SessionFacts<'a> {
     pub executor: String,
     /// Commands are staged.
     pub staged: bool,
-    /// A staged command's change is applied (`--staged-changes apply`), else discarded.
-    pub staged_apply: bool,
     /// The journal's session id.
     pub session_id: &'a str,
     /// The project.
@@ -432,6 +430,7 @@ pub fn run(mut args: RunArgs, front: Option<&dyn Front>) -> Result<i32> {
     let reference = resolved.reference();
     let parts = SessionParts {
         args: &args,
+        asks: front.is_some(),
         host: &host,
         project: &project,
         settings: &settings,
@@ -447,7 +446,6 @@ pub fn run(mut args: RunArgs, front: Option<&dyn Front>) -> Result<i32> {
             model: &reference,
             executor: settings.executor.to_string(),
             staged,
-            staged_apply: args.staged_unattended == StagedUnattended::Apply,
             session_id: &session_id,
             project: &project,
         };
@@ -609,6 +607,8 @@ fn is_file_rule(rule: &str) -> bool {
 
 struct SessionParts<'a> {
     args: &'a RunArgs,
+    /// A person answers the questions (the chat): staged commands ask them too.
+    asks: bool,
     host: &'a HostEnv,
     project: &'a Path,
     settings: &'a EffectiveSettings,
@@ -678,6 +678,7 @@ fn session<T>(
 ) -> Result<T> {
     let SessionParts {
         args,
+        asks,
         host,
         project,
         settings,
@@ -784,6 +785,7 @@ fn session<T>(
         env: command_host.vars.clone(),
         staged: settings.command_mode == garuda_policy::CommandMode::Staged,
         staged_apply: args.staged_unattended == StagedUnattended::Apply,
+        ask_staged: asks,
         in_process,
     };
     let mut tools = SessionTools::new(

@@ -66,8 +66,13 @@ impl Chat {
 
     /// `garuda` with no task, `input` on its stdin.
     fn chat(&self, input: &str) -> Output {
+        self.chat_with(&[], input)
+    }
+
+    /// `garuda ARGS` (the chat's options), `input` on its stdin.
+    fn chat_with(&self, args: &[&str], input: &str) -> Output {
         let mut child = self
-            .command(&[])
+            .command(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -226,14 +231,19 @@ fn audit_verify_prints_the_result_and_then_the_finding() {
             .join(".garuda/audit")
             .join(garuda_audit::project_dir_name(&c.w.project));
     let journal = dir.join("journal.jsonl");
-    let mut bytes = std::fs::read(&journal).unwrap();
+    let bytes = std::fs::read(&journal).unwrap();
     let at = bytes
         .windows(b"\"tool\":\"garuda sandbox\"".len())
         .position(|w| w == b"\"tool\":\"garuda sandbox\"")
         .unwrap()
         + b"\"tool\":\"".len();
-    bytes[at] = b'G';
-    std::fs::write(&journal, bytes).unwrap();
+    // One byte written in place: the chat's own session appends to the same file.
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .unwrap();
+    file.write_all_at(b"G", at as u64).unwrap();
     let out = c.chat("/audit verify\n");
     let after = text(&out.stdout);
     assert!(after.contains("BAD_MAC"), "{after}");
@@ -291,4 +301,51 @@ fn help_unknown_commands_and_the_end_of_the_input() {
     );
     // Nothing reached the model.
     assert!(c.server.requests().is_empty());
+}
+
+/// A staged command's change is shown and asked about by the chat: `a` applies it, `d`
+/// discards it (each the other's control); the model is told which.
+#[test]
+fn a_staged_commands_change_is_applied_or_discarded_as_answered() {
+    for (answer, applied) in [("a", true), ("d", false)] {
+        let c = Chat::new(vec![
+            Scripted::reply(vec![Part::ToolUse {
+                id: "b1".into(),
+                name: "bash".into(),
+                input: json!({"command": "echo made > made.txt"}),
+            }]),
+            Scripted::text("ok"),
+        ]);
+        let out = c.chat_with(&["--staged"], &format!("make it\n{answer}\n"));
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}\n{}",
+            text(&out.stderr)
+        );
+        assert!(
+            stdout.contains("? the staged command changed the project's view:"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("made.txt"), "{stdout}");
+        assert!(
+            stdout.contains("? apply or discard this change? a = apply, d = discard\n"),
+            "{stdout}"
+        );
+        assert_eq!(
+            c.w.project.join("made.txt").exists(),
+            applied,
+            "answer {answer}: {stdout}"
+        );
+        // The model was told what became of it.
+        let requests = c.server.requests();
+        let last = requests.last().unwrap().body.to_string();
+        let told = if applied {
+            "the change (if any) was applied to the project"
+        } else {
+            "the change was discarded: the project did not change"
+        };
+        assert!(last.contains(told), "{last}");
+    }
 }

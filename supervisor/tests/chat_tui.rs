@@ -42,10 +42,26 @@ struct Tui {
 
 impl Tui {
     fn start(script: Vec<Scripted>) -> Tui {
+        Tui::start_in(World::new("garuda-chat-tui"), &[], script)
+    }
+
+    /// A fresh world: a git project with `README.md`, an empty `~/.garuda`.
+    fn world() -> World {
         let w = World::new("garuda-chat-tui");
         w.git(&["init", "-q"]);
         std::fs::write(w.project.join("README.md"), "hello\nworld\n").unwrap();
         std::fs::create_dir_all(w.home.join(".garuda")).unwrap();
+        w
+    }
+
+    /// `garuda ARGS` (the chat's options) on a terminal in `w` (from [`Tui::world`], or a
+    /// bare one that this fills).
+    fn start_in(w: World, args: &[&str], script: Vec<Scripted>) -> Tui {
+        if !w.project.join("README.md").exists() {
+            w.git(&["init", "-q"]);
+            std::fs::write(w.project.join("README.md"), "hello\nworld\n").unwrap();
+            std::fs::create_dir_all(w.home.join(".garuda")).unwrap();
+        }
         let server = ModelServer::start(Dialect::Anthropic, script).unwrap();
         let pty = native_pty_system()
             .openpty(PtySize {
@@ -56,6 +72,7 @@ impl Tui {
             })
             .unwrap();
         let mut cmd = CommandBuilder::new(garuda());
+        cmd.args(args);
         cmd.cwd(&w.project);
         cmd.env_clear();
         for (k, v) in std::env::vars_os() {
@@ -318,4 +335,143 @@ fn ctrl_c_twice_exits_130_and_the_terminal_is_restored() {
     assert!(termios
         .local_flags
         .contains(nix::sys::termios::LocalFlags::ECHO));
+}
+
+/// `garuda ARGS` in `w`, not on a terminal; its output.
+fn garuda_in(w: &World, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(garuda())
+        .args(args)
+        .current_dir(&w.project)
+        .env("HOME", &w.home)
+        .env_remove("GARUDA_HOME")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A staged command's change: `a` applies it, `d` discards it (each the other's control).
+#[test]
+fn a_staged_change_is_applied_or_discarded_with_one_key() {
+    for (key, applied) in [(b"a", true), (b"d", false)] {
+        let mut t = Tui::start_in(
+            Tui::world(),
+            &["--staged"],
+            vec![
+                Scripted::reply(vec![Part::ToolUse {
+                    id: "b1".into(),
+                    name: "bash".into(),
+                    input: json!({"command": "echo made > made.txt"}),
+                }]),
+                Scripted::text("ok"),
+            ],
+        );
+        t.keys(b"make it\r");
+        t.wait_for("the staged question", |s| {
+            s.contains("garuda asks: apply or discard this change?")
+        });
+        assert!(t.screen().contains("made.txt"), "{}", t.screen());
+        t.keys(key);
+        t.wait_for("the model's answer", |s| s.contains("  ok"));
+        t.wait_idle();
+        assert_eq!(
+            t.w.project.join("made.txt").exists(),
+            applied,
+            "{}",
+            t.screen()
+        );
+        t.keys(b"\x04");
+        assert_eq!(t.exit_code(), 0);
+    }
+}
+
+/// "Always" answers the same edit again without a question, and the audit log says so;
+/// control: `y` is asked twice.
+#[test]
+fn always_stops_the_next_identical_question_and_is_audited() {
+    let edit_back = || {
+        Scripted::reply(vec![Part::ToolUse {
+            id: "e2".into(),
+            name: "edit_file".into(),
+            input: json!({"path": "README.md", "old": "there", "new": "world"}),
+        }])
+    };
+    for (keys, asked) in [(&b"a"[..], 1), (&b"yy"[..], 2)] {
+        let mut t = Tui::start(vec![edit(), edit_back(), Scripted::text("done")]);
+        t.keys(b"twice\r");
+        for (i, key) in keys.iter().enumerate() {
+            t.wait_for("a question", |s| {
+                s.matches("? answered:").count() == i && s.contains("garuda asks: allow edit_file")
+            });
+            t.keys(&[*key]);
+        }
+        t.wait_for("the model's answer", |s| s.contains("  done"));
+        t.wait_idle();
+        assert_eq!(
+            t.screen().matches("? answered:").count(),
+            asked,
+            "{}",
+            t.screen()
+        );
+        assert_eq!(
+            std::fs::read_to_string(t.w.project.join("README.md")).unwrap(),
+            "hello\nworld\n"
+        );
+        t.keys(b"\x04");
+        assert_eq!(t.exit_code(), 0);
+        if asked == 1 {
+            let list = garuda_in(&t.w, &["audit", "list", "--json"]);
+            let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+            let id = list["sessions"][0]["session"].as_str().unwrap().to_string();
+            let shown = garuda_in(&t.w, &["audit", "show", "--session", &id, "--json"]);
+            let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+            let always: Vec<_> = shown["lines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|l| l["type"] == "tool_call" && l["event"]["user_answer"] == "always")
+                .collect();
+            assert_eq!(always.len(), 1, "{shown}");
+            assert_eq!(
+                always[0]["event"]["session_rules_added"],
+                json!(["edit_file(/README.md)"])
+            );
+        }
+    }
+}
+
+/// `/audit verify` prints verify's result; after a byte of an earlier session's log is
+/// flipped, the finding with its code. Control: the same command before the flip.
+#[test]
+fn audit_verify_prints_the_result_and_then_the_finding() {
+    let w = Tui::world();
+    let out = garuda_in(&w, &["sandbox", "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let mut t = Tui::start_in(w, &[], Vec::new());
+    t.keys(b"/audit verify\r");
+    t.wait_for("verify's result", |s| {
+        s.contains("garuda: audit log: VERIFIED")
+    });
+    let journal =
+        t.w.home
+            .join(".garuda/audit")
+            .join(garuda_audit::project_dir_name(&t.w.project))
+            .join("journal.jsonl");
+    let bytes = std::fs::read(&journal).unwrap();
+    let needle = b"\"tool\":\"garuda sandbox\"";
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap()
+        + 8;
+    // One byte written in place: the chat's own session appends to the same file.
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .unwrap();
+    file.write_all_at(b"G", at as u64).unwrap();
+    t.keys(b"/audit verify\r");
+    t.wait_for("the finding", |s| s.contains("BAD_MAC"));
+    t.keys(b"\x04");
+    assert_eq!(t.exit_code(), 0);
 }

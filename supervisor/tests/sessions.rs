@@ -347,6 +347,7 @@ fn the_broker_journals_records_redacted() {
             env: vec![],
             staged: false,
             staged_apply: false,
+            ask_staged: false,
             in_process: None,
         },
         Some(journal),

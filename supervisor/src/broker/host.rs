@@ -61,6 +61,13 @@ pub trait Approver {
     /// True when the user allows it.
     fn approve(&mut self, question: &Approval) -> bool;
 
+    /// A staged command's question ([`crate::staged_ask`]): apply the change shown (or, for a
+    /// guard, its guarded part too)? The default, for an approver with no person behind it,
+    /// is no: the change is discarded.
+    fn staged(&mut self, _question: &crate::staged_ask::StagedQuestion) -> bool {
+        false
+    }
+
     /// The answer, "for the rest of the session" included (an approver that cannot ask that
     /// answers as [`Approver::approve`] does).
     fn answer(&mut self, question: &Approval) -> Approved {
@@ -96,6 +103,9 @@ pub struct CommandRunner {
     pub staged: bool,
     /// With no person to ask: apply a staged change (`true`) or discard it (`false`).
     pub staged_apply: bool,
+    /// A person answers: each staged command's "apply or discard?" is asked through the
+    /// approver ([`Approver::staged`]) instead of `staged_apply`.
+    pub ask_staged: bool,
     /// Run direct-mode sandboxed commands in this process (`None`: every command is a child
     /// `garuda sandbox`).
     pub in_process: Option<std::sync::Arc<InProcess>>,
@@ -323,7 +333,7 @@ impl<'a> SessionTools<'a> {
     /// [--staged --apply|--discard] -- /bin/sh -c LINE`
     /// as a child: the same code path as a user's own run, its own audit session included.
     fn spawn_sandbox(
-        &self,
+        &mut self,
         line: &str,
         timeout_secs: Option<u64>,
         outside_sandbox: bool,
@@ -343,15 +353,31 @@ impl<'a> SessionTools<'a> {
             cmd.arg("--timeout").arg(secs.to_string());
         }
         let staged = self.runner.staged && !outside_sandbox;
+        // The chat asks the person through its approver, over a socket in a private folder
+        // of this process; -p has no one to ask: the session's setting decides.
+        let asking = if staged && self.runner.ask_staged {
+            let dir = crate::proxy::socket_dir::private_dir()?;
+            let path = dir.join("ask.sock");
+            let listener = std::os::unix::net::UnixListener::bind(&path)?;
+            listener.set_nonblocking(true)?;
+            Some((dir, path, listener))
+        } else {
+            None
+        };
         if staged {
-            // No person is asked here (the chat asks through its own approver): what becomes
-            // of the change is the session's setting, discard unless it says apply.
             cmd.arg("--staged");
-            cmd.arg(if self.runner.staged_apply {
-                "--apply"
-            } else {
-                "--discard"
-            });
+            match &asking {
+                Some((_, path, _)) => {
+                    cmd.arg("--ask-socket").arg(path);
+                }
+                None => {
+                    cmd.arg(if self.runner.staged_apply {
+                        "--apply"
+                    } else {
+                        "--discard"
+                    });
+                }
+            }
         }
         cmd.args(["--", "/bin/sh", "-c", line]);
         cmd.env_clear().envs(self.runner.env.iter().cloned());
@@ -359,13 +385,32 @@ impl<'a> SessionTools<'a> {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn()?;
+        let spawned = cmd.spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some((dir, ..)) = &asking {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                return Err(e);
+            }
+        };
         let stderr = child.stderr.take();
-        // Read stderr on its own thread so a full pipe on either side never stalls the other.
+        let stdout = child.stdout.take();
+        // Each pipe on its own thread, so a full pipe never stalls the other or a question.
         let err_reader = std::thread::spawn(move || read_capped(stderr));
-        let (out, out_cut) = read_capped(child.stdout.take());
+        let out_reader = std::thread::spawn(move || read_capped(stdout));
+        let mut applying = self.runner.staged_apply;
+        let status = match &asking {
+            None => child.wait()?,
+            Some((dir, _, listener)) => {
+                let status = self.relay_staged_questions(&mut child, listener, &mut applying);
+                let _ = std::fs::remove_dir_all(dir);
+                status?
+            }
+        };
+        let (out, out_cut) = out_reader.join().unwrap_or_default();
         let (err, err_cut) = err_reader.join().unwrap_or_default();
-        let status = child.wait()?;
         use std::os::unix::process::ExitStatusExt;
         let mut output = String::from_utf8_lossy(&out).into_owned();
         output.push_str(&String::from_utf8_lossy(&err));
@@ -377,8 +422,51 @@ impl<'a> SessionTools<'a> {
             output,
             output_truncated: out_cut || err_cut,
             blocked_hosts: Vec::new(),
-            staged: staged.then(|| staged_outcome(code, self.runner.staged_apply)),
+            staged: staged.then(|| staged_outcome(code, applying)),
         })
+    }
+
+    /// Until `child` ends: each connection to `listener` is one staged question, put to the
+    /// approver and answered. `applying` ends as the last "apply or discard?" answer.
+    fn relay_staged_questions(
+        &mut self,
+        child: &mut std::process::Child,
+        listener: &std::os::unix::net::UnixListener,
+        applying: &mut bool,
+    ) -> std::io::Result<std::process::ExitStatus> {
+        *applying = false;
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    stream.set_nonblocking(false)?;
+                    // A question that does not come within a minute is no question.
+                    stream.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
+                    let Some(question) = crate::staged_ask::read_question(&stream) else {
+                        crate::staged_ask::answer(&stream, false);
+                        continue;
+                    };
+                    let yes = self.approver.staged(&question);
+                    if matches!(
+                        question,
+                        crate::staged_ask::StagedQuestion::ApplyOrDiscard { .. }
+                    ) {
+                        *applying = yes;
+                    }
+                    crate::staged_ask::answer(&stream, yes);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if let Some(status) = child.try_wait()? {
+                        return Ok(status);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(e);
+                }
+            }
+        }
     }
 
     fn journal_append(&mut self, record: &str) -> Answer {
