@@ -139,10 +139,11 @@ impl Approver for LineApprover {
                 matches!(io.read().as_deref().map(str::trim), Some("y" | "yes"))
             }
         };
-        io.say(if yes {
-            "? answered: yes"
-        } else {
-            "? answered: no"
+        io.say(match (question, yes) {
+            (StagedQuestion::ApplyOrDiscard { .. }, true) => "? answered: apply",
+            (StagedQuestion::ApplyOrDiscard { .. }, false) => "? answered: discard",
+            (StagedQuestion::Guard { .. }, true) => "? answered: yes",
+            (StagedQuestion::Guard { .. }, false) => "? answered: no",
         });
         yes
     }

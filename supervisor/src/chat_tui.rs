@@ -480,10 +480,11 @@ impl Approver for TermApprover {
                 Some('y')
             ),
         };
-        self.shared.screen().say(if yes {
-            "? answered: yes"
-        } else {
-            "? answered: no"
+        self.shared.screen().say(match (question, yes) {
+            (StagedQuestion::ApplyOrDiscard { .. }, true) => "? answered: apply",
+            (StagedQuestion::ApplyOrDiscard { .. }, false) => "? answered: discard",
+            (StagedQuestion::Guard { .. }, true) => "? answered: yes",
+            (StagedQuestion::Guard { .. }, false) => "? answered: no",
         });
         yes
     }
