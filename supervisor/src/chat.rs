@@ -30,14 +30,30 @@ use crate::run_agent::{Activity, Front, SessionFacts, Turns};
 use crate::staged_ask::StagedQuestion;
 
 /// The slash commands, with what each does, for `/help`.
-pub const SLASH_COMMANDS: [(&str, &str); 3] = [
+pub const SLASH_COMMANDS: [(&str, &str); 7] = [
     ("/help", "this list"),
+    ("/audit", "this session's audit records so far"),
     (
         "/audit verify",
         "verify this project's audit log and show each finding with its code",
     ),
+    (
+        "/policy",
+        "the effective policy, each value with the file it came from",
+    ),
+    (
+        "!COMMAND",
+        "run COMMAND as the agent's bash would (sandboxed; staged in staged mode); its output goes to the next message",
+    ),
+    (
+        "@PATH",
+        "in a message: attach the file, read through the supervisor's rules",
+    ),
     ("/exit", "end the session (so does the end of the input)"),
 ];
+
+/// Most bytes of a `!command`'s output or an `@path` file put into the next message.
+const ATTACH_BYTES: usize = 16 * 1024;
 
 /// Most lines of an edit's diff shown with its question; the rest are counted.
 const DIFF_LINES_SHOWN: usize = 200;
@@ -238,6 +254,7 @@ impl Front for LineFront {
             shown.borrow_mut().say(&format!("· {line}"));
         })));
         io.borrow_mut().say(&header(facts));
+        let mut notes = Vec::new();
         loop {
             let Some(line) = io.borrow_mut().read() else {
                 return Ok(0);
@@ -258,8 +275,28 @@ impl Front for LineFront {
                 }
                 continue;
             }
+            if let Some(command) = message.strip_prefix('!') {
+                let mut said = Vec::new();
+                let note = run_bang(turns, command.trim(), &mut |l| said.push(l))?;
+                let mut io = io.borrow_mut();
+                for line in said {
+                    io.say(&line);
+                }
+                notes.push(note);
+                continue;
+            }
             io.borrow_mut()
                 .say(&format!("> {}", garuda_text::visible(message)));
+            let message = {
+                let mut said = Vec::new();
+                let attached = attach_files(turns, message, &mut |l| said.push(l))?;
+                let mut io = io.borrow_mut();
+                for line in said {
+                    io.say(&line);
+                }
+                with_notes(&mut notes, attached)
+            };
+            let message = message.as_str();
             let summary = {
                 let ui_io = Rc::clone(io);
                 turns.turn(message, &mut |event| show_event(&ui_io, event))?
@@ -279,6 +316,17 @@ impl Front for LineFront {
             }
         }
     }
+}
+
+/// The message with the notes of the `!command`s run since the last one before it.
+pub(crate) fn with_notes(notes: &mut Vec<String>, message: String) -> String {
+    if notes.is_empty() {
+        return message;
+    }
+    let mut out = std::mem::take(notes).join("\n\n");
+    out.push_str("\n\n");
+    out.push_str(&message);
+    out
 }
 
 /// The chat's first line: what the session is.
@@ -331,12 +379,150 @@ pub(crate) fn slash(
             }
         }
         ["audit", "verify"] => audit_verify(say, facts.project, turns.audit_head()),
+        ["audit"] => {
+            let session = turns.audit_head().session;
+            let project = facts.project.to_string_lossy().into_owned();
+            own_command(
+                say,
+                &[
+                    "audit",
+                    "show",
+                    "--project",
+                    &project,
+                    "--session",
+                    &session,
+                ],
+            );
+        }
+        ["policy"] => {
+            let project = facts.project.to_string_lossy().into_owned();
+            own_command(say, &["policy", "--project", &project]);
+        }
         _ => say(format!(
             "garuda: no command /{} (see /help); nothing was sent",
             garuda_text::visible(command)
         )),
     }
     false
+}
+
+/// `garuda ARGS` (this executable, an argument vector, no shell), its output each line the
+/// supervisor's and escaped: the chat shows what the command shows, from the same code.
+fn own_command(say: &mut dyn FnMut(String), args: &[&str]) {
+    let out = std::env::current_exe().and_then(|exe| {
+        std::process::Command::new(exe)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+    });
+    match out {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            for line in text.lines() {
+                say(format!("garuda: {}", garuda_text::visible(line)));
+            }
+        }
+        Err(e) => say(format!(
+            "garuda: cannot run garuda {}: {}",
+            args.first().copied().unwrap_or(""),
+            garuda_text::visible(&e.to_string())
+        )),
+    }
+}
+
+/// Cuts `text` to [`ATTACH_BYTES`] at a character boundary, saying so.
+fn capped(text: &str) -> String {
+    if text.len() <= ATTACH_BYTES {
+        return text.to_string();
+    }
+    let mut end = ATTACH_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}\n[cut: {} more bytes]", &text[..end], text.len() - end)
+}
+
+/// `!COMMAND`: run as the agent's bash would, through the session's tools (the same checks
+/// and questions, audited as the person's). Its lines for the person go to `say` (the output
+/// indented and escaped); the note for the model is returned.
+pub(crate) fn run_bang(
+    turns: &mut Turns<'_, '_, '_>,
+    command: &str,
+    say: &mut dyn FnMut(String),
+) -> Result<String> {
+    let answer = turns.user_call(&garuda_ipc::Request::RunCommand {
+        command: command.to_string(),
+        timeout_secs: None,
+        outside_sandbox: false,
+    })?;
+    let v = garuda_text::visible;
+    Ok(match answer {
+        garuda_ipc::Answer::CommandDone(done) => {
+            for line in done.output.lines() {
+                say(format!("  {}", garuda_text::visible_lines(line)));
+            }
+            let how = match (done.exit_code, done.signal) {
+                (Some(c), _) => format!("exit {c}"),
+                (None, Some(s)) => format!("signal {s}"),
+                _ => "no exit status".to_string(),
+            };
+            say(format!("· !{} → {how}", v(command)));
+            format!(
+                "[The user ran `{command}` in the sandbox ({how}){}. Its output:]\n{}",
+                done.staged
+                    .map(|s| format!("; staged: {s}"))
+                    .unwrap_or_default(),
+                capped(&done.output)
+            )
+        }
+        garuda_ipc::Answer::Error { message, .. } => {
+            say(format!("· !{} → refused: {}", v(command), v(&message)));
+            format!("[The user tried to run `{command}`; it was refused: {message}]")
+        }
+        _ => String::new(),
+    })
+}
+
+/// The message with each `@PATH` word's file attached (read through the session's tools, so
+/// a secret or a path out of the project is refused as it would be for the agent).
+pub(crate) fn attach_files(
+    turns: &mut Turns<'_, '_, '_>,
+    message: &str,
+    say: &mut dyn FnMut(String),
+) -> Result<String> {
+    let mut out = message.to_string();
+    for word in message.split_whitespace() {
+        let Some(path) = word.strip_prefix('@').filter(|p| !p.is_empty()) else {
+            continue;
+        };
+        let answer = turns.user_call(&garuda_ipc::Request::ReadFile {
+            path: path.to_string(),
+            offset: None,
+            limit: None,
+        })?;
+        let v = garuda_text::visible;
+        match answer {
+            garuda_ipc::Answer::FileText {
+                text,
+                total_lines,
+                unchanged,
+                ..
+            } => {
+                say(format!("· attached {} ({total_lines} lines)", v(path)));
+                if unchanged {
+                    out.push_str(&format!("\n\n[{path}: unchanged since you last read it]"));
+                } else {
+                    out.push_str(&format!("\n\n[{path}]\n{}", capped(&text)));
+                }
+            }
+            garuda_ipc::Answer::Error { message, .. } => {
+                say(format!("· @{} not attached: {}", v(path), v(&message)));
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
 }
 
 fn show_event(io: &Rc<RefCell<LineIo>>, event: &UiEvent) {

@@ -544,6 +544,7 @@ impl Front for TermFront {
             screen.footer = crate::chat::footer(facts);
             screen.say(&crate::chat::header(facts));
         }
+        let mut notes = Vec::new();
         loop {
             if let Some(code) = *self
                 .shared
@@ -580,10 +581,21 @@ impl Front for TermFront {
                 }
                 continue;
             }
+            if let Some(command) = message.strip_prefix('!') {
+                let mut said = Vec::new();
+                let note = crate::chat::run_bang(turns, command.trim(), &mut |l| said.push(l))?;
+                self.shared.screen().print(&said);
+                notes.push(note);
+                continue;
+            }
             self.shared
                 .screen()
                 .say(&format!("> {}", garuda_text::visible(message)));
-            let summary = self.run_turn(turns, message)?;
+            let mut said = Vec::new();
+            let attached = crate::chat::attach_files(turns, message, &mut |l| said.push(l))?;
+            self.shared.screen().print(&said);
+            let message = crate::chat::with_notes(&mut notes, attached);
+            let summary = self.run_turn(turns, &message)?;
             if crate::sys::forwarded_signal().is_some() {
                 self.shared.screen().say("garuda: interrupted");
                 return Ok(130);

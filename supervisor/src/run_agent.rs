@@ -657,6 +657,32 @@ impl Turns<'_, '_, '_> {
         Arc::clone(&self.cancel)
     }
 
+    /// A request the person makes of the session's tools (the chat's `!command`, `@path`):
+    /// the same checks, questions and executors as the agent's requests, recorded as the
+    /// person's (`by: user`); a command's intent durably before it runs.
+    pub fn user_call(&mut self, request: &Request) -> Result<Answer> {
+        if let Request::RunCommand { command, .. } = request {
+            self.broker
+                .audit_mut()
+                .record_durable(
+                    "command_intent",
+                    json!({"by": "user", "command": garuda_text::visible(command)}),
+                )
+                .map_err(|e| anyhow!(e))?;
+        }
+        let (answer, event) = self.tools.call(request);
+        if let Some(mut event) = event {
+            if let Some(map) = event.as_object_mut() {
+                map.insert("by".into(), json!("user"));
+            }
+            self.broker
+                .audit_mut()
+                .record("tool_call", event)
+                .map_err(|e| anyhow!(e))?;
+        }
+        Ok(answer)
+    }
+
     /// The session's audit position, which this process vouches for (its session is open).
     pub fn audit_head(&self) -> garuda_audit::SessionHead {
         self.broker.audit().0.head()

@@ -349,3 +349,104 @@ fn a_staged_commands_change_is_applied_or_discarded_as_answered() {
         assert!(last.contains(told), "{last}");
     }
 }
+
+/// `!COMMAND` runs as the agent's bash would (the same policy, the sandbox), and its output
+/// (or its refusal) is a note at the head of the next message; a read of a home secret is
+/// refused and its content reaches neither the model nor the screen. Control: the secret is
+/// there on the host, and the other command's output did arrive.
+#[test]
+fn a_bang_command_runs_sandboxed_and_its_output_reaches_the_next_message() {
+    let c = Chat::new(vec![Scripted::text("noted")]);
+    std::fs::create_dir_all(c.w.home.join(".ssh")).unwrap();
+    std::fs::write(c.w.home.join(".ssh/id_test"), "PRIVATE-KEY-BYTES\n").unwrap();
+    let input = "!echo hi-from-user\n!cat ~/.ssh/id_test\nwhat did it say?\n";
+    let out = c.chat(input);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("\n  hi-from-user\n"), "{stdout}");
+    assert!(
+        stdout.contains("· !echo hi-from-user → exit 0\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("· !cat ~/.ssh/id_test → refused: the policy denies it: "),
+        "{stdout}"
+    );
+    let requests = c.server.requests();
+    assert_eq!(requests.len(), 1);
+    let body = requests[0].body.to_string();
+    assert!(
+        body.contains(
+            "[The user ran `echo hi-from-user` in the sandbox (exit 0). Its output:]\\nhi-from-user"
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains("[The user tried to run `cat ~/.ssh/id_test`; it was refused: "),
+        "{body}"
+    );
+    assert!(body.contains("what did it say?"), "{body}");
+    assert!(!body.contains("PRIVATE-KEY-BYTES") && !stdout.contains("PRIVATE-KEY-BYTES"));
+    assert_eq!(
+        std::fs::read_to_string(c.w.home.join(".ssh/id_test")).unwrap(),
+        "PRIVATE-KEY-BYTES\n"
+    );
+    // Audited as the person's.
+    let by_user: Vec<Value> = c
+        .tool_calls()
+        .into_iter()
+        .filter(|e| e["by"] == "user")
+        .collect();
+    assert_eq!(by_user.len(), 2, "{by_user:?}");
+    assert!(by_user.iter().all(|e| e["tool"] == "run_command"));
+}
+
+/// `@PATH` attaches a file through the supervisor's rules: a project file is attached, a
+/// `.env` is refused and its content reaches neither the model nor the screen. Control: the
+/// `.env` is there and holds the value.
+#[test]
+fn an_at_path_attaches_through_the_supervisors_rules() {
+    let c = Chat::new(vec![Scripted::text("read them")]);
+    std::fs::write(c.w.project.join("notes.md"), "NOTE-CONTENT\n").unwrap();
+    std::fs::write(c.w.project.join(".env"), "TOKEN=ENV-SECRET\n").unwrap();
+    let out = c.chat("look at @notes.md and @.env\n");
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("· attached notes.md (1 lines)"), "{stdout}");
+    assert!(stdout.contains("· @.env not attached: "), "{stdout}");
+    let body = c.server.requests()[0].body.to_string();
+    assert!(body.contains("[notes.md]\\nNOTE-CONTENT"), "{body}");
+    assert!(!body.contains("ENV-SECRET") && !stdout.contains("ENV-SECRET"));
+    assert!(std::fs::read_to_string(c.w.project.join(".env"))
+        .unwrap()
+        .contains("ENV-SECRET"));
+}
+
+/// `/policy` and `/audit` show what `garuda policy` and `garuda audit show` show, as the
+/// supervisor's lines.
+#[test]
+fn policy_and_audit_show_the_commands_output() {
+    let c = Chat::new(Vec::new());
+    let out = c.chat("/policy\n/audit\n");
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("garuda: effective policy for "), "{stdout}");
+    assert!(stdout.contains("garuda: executor in use: "), "{stdout}");
+    assert!(stdout.contains("agent_session"), "{stdout}");
+    assert!(c.server.requests().is_empty());
+}

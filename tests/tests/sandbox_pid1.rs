@@ -471,22 +471,31 @@ fn survivors_of_a_killed_garuda(kind: ExecutorKind) -> (u32, Vec<(u32, String)>)
         String::from_utf8_lossy(&std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default())
             .replace('\0', " ")
     };
-    let started: Vec<(u32, u64)> = descendants(child.id())
-        .into_iter()
-        .filter_map(|p| Some((p, state_and_start(p)?.1)))
-        .collect();
     // Not vacuous: the command itself (the shell, or the `sleep` it becomes) is among them.
+    // Looked for again for a while: a process in the middle of its `exec` shows an empty
+    // command line (seen once on a loaded machine).
     let is_command = |c: &str| c == "sleep 300 " || c.starts_with("/bin/sh -c echo ready");
-    let command = started
-        .iter()
-        .map(|(p, _)| *p)
-        .find(|p| is_command(&cmdline(*p)))
-        .unwrap_or_else(|| {
-            panic!(
-                "{kind}: the command is not below garuda: {:?}",
-                started.iter().map(|(p, _)| cmdline(*p)).collect::<Vec<_>>()
-            )
-        });
+    let mut tries = 0;
+    let (started, command) = loop {
+        let started: Vec<(u32, u64)> = descendants(child.id())
+            .into_iter()
+            .filter_map(|p| Some((p, state_and_start(p)?.1)))
+            .collect();
+        if let Some(command) = started
+            .iter()
+            .map(|(p, _)| *p)
+            .find(|p| is_command(&cmdline(*p)))
+        {
+            break (started, command);
+        }
+        tries += 1;
+        assert!(
+            tries < 500,
+            "{kind}: the command is not below garuda: {:?}",
+            started.iter().map(|(p, _)| cmdline(*p)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
     child.kill().unwrap();
     child.wait().unwrap();
     let alive = || -> Vec<(u32, String)> {

@@ -133,6 +133,12 @@ impl<A: AuditSink> Broker<A> {
         &self.audit
     }
 
+    /// The audit sink, to record what the person asked of the tools directly (the chat's
+    /// `!command` and `@path`).
+    pub fn audit_mut(&mut self) -> &mut A {
+        &mut self.audit
+    }
+
     /// Waits for the agent's `hello`, checks its version, and sends `start`.
     pub fn accept(
         stream: UnixStream,
