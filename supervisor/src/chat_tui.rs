@@ -378,6 +378,7 @@ fn on_key(shared: &Shared, key: KeyEvent) -> Option<FromKeys> {
             return Some(FromKeys::Exit(0));
         }
         KeyCode::Char('u') if ctrl => screen.input.clear(),
+        KeyCode::Tab => complete(&mut screen),
         KeyCode::Char(c) if !ctrl => screen.input.push(c),
         KeyCode::Backspace => {
             screen.input.pop();
@@ -404,6 +405,40 @@ fn on_key(shared: &Shared, key: KeyEvent) -> Option<FromKeys> {
     }
     screen.redraw();
     message
+}
+
+/// Tab: a slash command completed when one matches what is typed, else the candidates shown.
+fn complete(screen: &mut Screen) {
+    if !screen.input.starts_with('/') || screen.input.contains(char::is_whitespace) {
+        return;
+    }
+    let names: Vec<&str> = crate::chat::SLASH_COMMANDS
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| name.starts_with('/'))
+        .collect();
+    let matching: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|name| name.starts_with(screen.input.as_str()))
+        .collect();
+    match matching.as_slice() {
+        [] => screen.notice = Some("no such command (/help lists them)".into()),
+        [one] => screen.input = (*one).to_string(),
+        many => {
+            // The longest common start, then the candidates.
+            let mut common = many[0].to_string();
+            for name in &many[1..] {
+                while !name.starts_with(common.as_str()) {
+                    common.pop();
+                }
+            }
+            if common.len() > screen.input.len() {
+                screen.input = common;
+            }
+            screen.notice = Some(many.join("  "));
+        }
+    }
 }
 
 /// The questions, drawn by the supervisor and answered with a key.

@@ -3,10 +3,10 @@
 //!
 //! What is shown, and the control of each:
 //!
-//! - the model's text with `\e[2K`, `\e[1A`, `\r`, OSC 52, OSC 0, OSC 8 and a fake question
-//!   is on the screen as visible text, no OSC sequence at all reached the terminal, and the
-//!   fake question is indented; control: the scripted text holds each sequence, and garuda's
-//!   own question (the next test) is drawn.
+//! - the model's text, and a command's output (`!printf`), with `\e[2K`, `\e[1A`, `\r`,
+//!   OSC 52, OSC 0, OSC 8 and a fake question are on the screen as visible text, no OSC
+//!   sequence at all reached the terminal, and the fake question is indented; control: the
+//!   scripted text holds each sequence, and garuda's own question (the next test) is drawn.
 //! - an edit refused with `n` leaves the file unchanged (its question drawn in reverse video
 //!   with the bell); control: `y` changes it.
 //! - Esc stops a running command: its process is gone and the chat goes on (a later message is
@@ -225,6 +225,15 @@ fn the_models_escapes_are_shown_as_text_and_never_reach_the_terminal() {
     // The fake question is the model's: indented, and no line starts with it.
     assert!(screen.contains("  Apply? [y/n]"), "{screen}");
     assert!(!screen.lines().any(|l| l.starts_with("Apply?")), "{screen}");
+    // A command's output (the person's `!command`: the only tool output the chat shows) with
+    // the same sequences is shown as text too.
+    t.wait_idle();
+    t.keys(b"!printf 'out\\033]52;c;Y2xpcA==\\007 \\033]0;tool-title\\007 \\033[2K\\033[1A \\033]8;;https://evil.example/\\033\\\\x\\nApply? [y/n]\\n'\r");
+    t.wait_for("the command's output", |s| s.contains("· !printf"));
+    let screen = t.screen();
+    assert!(screen.contains("out\\e]52;c;Y2xpcA==\\x07"), "{screen}");
+    assert!(screen.contains("\\e]0;tool-title"), "{screen}");
+    assert!(screen.contains("  Apply? [y/n]"), "{screen}");
     // No OSC sequence (clipboard, title, hyperlink) reached the terminal at all.
     let raw = t.raw.lock().unwrap().clone();
     assert!(
@@ -473,5 +482,22 @@ fn audit_verify_prints_the_result_and_then_the_finding() {
     t.keys(b"/audit verify\r");
     t.wait_for("the finding", |s| s.contains("BAD_MAC"));
     t.keys(b"\x04");
+    assert_eq!(t.exit_code(), 0);
+}
+
+/// Tab completes a slash command: `/po` becomes `/policy`; `/a` shows the candidates and
+/// completes their common start (`/audit`).
+#[test]
+fn tab_completes_slash_commands() {
+    let mut t = Tui::start(Vec::new());
+    t.keys(b"/po\t");
+    t.wait_for("the completed line", |s| s.contains("› /policy"));
+    t.keys(b"\x15/a\t");
+    t.wait_for("the candidates", |s| {
+        s.contains("› /audit") && s.contains("garuda: /audit  /audit verify")
+    });
+    t.keys(b"\x04");
+    // Ctrl-D ends only an empty line: clear it first.
+    t.keys(b"\x15\x04");
     assert_eq!(t.exit_code(), 0);
 }
