@@ -108,8 +108,11 @@ impl Screen {
         crossterm::terminal::size().map_or(80, |(cols, _)| usize::from(cols.max(1)))
     }
 
-    /// Rows `text` (no control characters but SGR) takes at `cols` columns.
+    /// Rows `text` (no control characters but SGR) takes at `cols` columns: a wide
+    /// character (CJK, most emoji) takes two, a combining mark none. Counted right, the live
+    /// area is cleared whole; counted short, old rows of it would stay on the screen.
     fn rows(text: &str, cols: usize) -> u16 {
+        use unicode_width::UnicodeWidthChar;
         let mut width = 0usize;
         let mut in_sgr = false;
         for c in text.chars() {
@@ -117,7 +120,7 @@ impl Screen {
                 (false, '\x1b') => in_sgr = true,
                 (true, 'm') => in_sgr = false,
                 (true, _) => {}
-                (false, _) => width += 1,
+                (false, _) => width += c.width().unwrap_or(0),
             }
         }
         u16::try_from(width.div_ceil(cols).max(1)).unwrap_or(u16::MAX)
@@ -693,5 +696,24 @@ fn show_event(shared: &Shared, event: &UiEvent) {
             screen.say("garuda: the text above is sent again (the model's stream broke)");
         }
         UiEvent::ToolProgress { .. } | UiEvent::Usage { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows count columns, not characters, and not the SGR sequences the supervisor adds.
+    #[test]
+    fn rows_count_columns() {
+        assert_eq!(Screen::rows("abcd", 4), 1);
+        assert_eq!(Screen::rows("abcde", 4), 2);
+        assert_eq!(Screen::rows("", 4), 1);
+        // Two wide characters fill four columns; a third wraps.
+        assert_eq!(Screen::rows("漢字", 4), 1);
+        assert_eq!(Screen::rows("漢字漢", 4), 2);
+        // A combining mark takes no column.
+        assert_eq!(Screen::rows("e\u{301}bcd", 4), 1);
+        assert_eq!(Screen::rows("\x1b[7mabcd\x1b[0m", 4), 1);
     }
 }
