@@ -89,6 +89,10 @@ struct Screen {
     /// The history entry shown (Up/Down), if any.
     browsing: Option<usize>,
     footer: String,
+    /// Tokens the session used (the agent's running total) and its budget.
+    tokens: Option<(u64, u64)>,
+    /// The session's budget, for the footer.
+    budget: u64,
     /// A turn runs since then.
     busy: Option<Instant>,
     /// The open question's choice line.
@@ -167,7 +171,11 @@ impl Screen {
         if let Some(n) = &self.notice {
             rows.push(format!("garuda: {n}"));
         }
-        rows.push(self.styled(DIM, &self.footer));
+        let footer = match self.tokens {
+            Some((used, budget)) => format!("{} · tokens {used} of {budget}", self.footer),
+            None => self.footer.clone(),
+        };
+        rows.push(self.styled(DIM, &footer));
         let shown_input = self.input.replace('\n', "⏎");
         rows.push(format!("› {shown_input}"));
         self.live_rows = rows.iter().map(|r| Screen::rows(r, cols)).sum();
@@ -259,6 +267,8 @@ impl TermFront {
                 history: Vec::new(),
                 browsing: None,
                 footer: String::new(),
+                tokens: None,
+                budget: 0,
                 busy: None,
                 question: None,
                 ctrl_c_armed: false,
@@ -580,6 +590,7 @@ impl Front for TermFront {
         {
             let mut screen = self.shared.screen();
             screen.footer = crate::chat::footer(facts);
+            screen.budget = facts.token_budget;
             screen.say(&crate::chat::header(facts));
         }
         let mut notes = Vec::new();
@@ -695,7 +706,13 @@ fn show_event(shared: &Shared, event: &UiEvent) {
         UiEvent::TextRetracted { .. } => {
             screen.say("garuda: the text above is sent again (the model's stream broke)");
         }
-        UiEvent::ToolProgress { .. } | UiEvent::Usage { .. } => {}
+        UiEvent::Usage { usage } => {
+            // The agent's count, shown as it says it: only the footer changes.
+            let used = usage.input_tokens.saturating_add(usage.output_tokens);
+            screen.tokens = Some((used, screen.budget));
+            screen.redraw();
+        }
+        UiEvent::ToolProgress { .. } => {}
     }
 }
 

@@ -35,6 +35,9 @@ use crate::broker::FileTools;
 use crate::record::Recorder;
 use crate::sessions::SessionStore;
 
+/// The session's token budget when `--token-budget` does not set one.
+const DEFAULT_TOKEN_BUDGET: u64 = 20_000_000;
+
 /// Port of the proxy bridge inside the agent's network namespace.
 const AGENT_PROXY_PORT: u16 = 3128;
 
@@ -110,6 +113,8 @@ pub struct SessionFacts<'a> {
     pub session_id: &'a str,
     /// The project.
     pub project: &'a Path,
+    /// The session's token budget (`--token-budget`).
+    pub token_budget: u64,
 }
 
 /// A front end that runs many turns on one session (the chat): it answers the questions and
@@ -448,6 +453,7 @@ pub fn run(mut args: RunArgs, front: Option<&dyn Front>) -> Result<i32> {
             staged,
             session_id: &session_id,
             project: &project,
+            token_budget: args.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET),
         };
         session(parts, &mut *front.approver(), step, |turns| {
             front.drive(turns, &facts)
@@ -782,7 +788,7 @@ fn session<T>(
         model: resolved.endpoint(format!("127.0.0.1:{AGENT_PROXY_PORT}")),
         limits: Limits {
             max_steps: args.max_steps.unwrap_or(50),
-            token_budget: args.token_budget.unwrap_or(20_000_000),
+            token_budget: args.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET),
             max_output_tokens: resolved.limits.max_output_tokens,
         },
         system_prompt: system_prompt(project, settings, &executor),

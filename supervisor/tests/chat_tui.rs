@@ -421,6 +421,12 @@ fn always_stops_the_next_identical_question_and_is_audited() {
             "{}",
             t.screen()
         );
+        // The footer counts the session's tokens against its budget.
+        let screen = t.screen();
+        assert!(
+            screen.contains(" · tokens ") && screen.contains(" of 20000000"),
+            "{screen}"
+        );
         assert_eq!(
             std::fs::read_to_string(t.w.project.join("README.md")).unwrap(),
             "hello\nworld\n"
