@@ -396,29 +396,37 @@ impl FromStr for Rule {
 /// escaped).
 impl Rule {
     /// `tool(/path)`: the one project-relative file `path` for `tool` (`write_file` or
-    /// `edit_file`; an `edit_file` rule covers `write_file` too).
-    ///
-    /// # Errors
-    ///
-    /// [`RuleError`] when the result does not parse (an empty path, a `.` or `..` component).
-    pub fn exactly_path(tool: Tool, path: &str) -> Result<Rule, RuleError> {
-        let mut text = format!("{}(/", tool.name());
+    /// `edit_file`; an `edit_file` rule covers `write_file` too). `None` when no rule can say
+    /// exactly that: a path the rule's text cannot hold as it is (an empty one, a `.` or `..`
+    /// component, a blank at either end, which the parser trims: `" "` would become `/`, the
+    /// whole project). The caller then asks again next time.
+    #[must_use]
+    pub fn exactly_path(tool: Tool, path: &str) -> Option<Rule> {
+        if path.is_empty()
+            || path.starts_with(char::is_whitespace)
+            || path.ends_with(char::is_whitespace)
+        {
+            return None;
+        }
+        let mut pattern = String::from("/");
         for c in path.chars() {
             if matches!(c, '*' | '?' | '[' | ']' | '\\' | '!' | '(' | ')') {
-                text.push('\\');
+                pattern.push('\\');
             }
-            text.push(c);
+            pattern.push(c);
         }
-        text.push(')');
-        text.parse()
+        let rule: Rule = format!("{}({pattern})", tool.name()).parse().ok()?;
+        // The pattern kept as built, nothing trimmed or rewritten on the way.
+        (rule.pattern.as_ref().map(Pattern::source) == Some(pattern.as_str())).then_some(rule)
     }
 
-    /// `bash(word word …)`: one simple command with exactly these words.
-    ///
-    /// # Errors
-    ///
-    /// [`RuleError`] when the result does not parse (no words).
-    pub fn exactly_command(argv: &[String]) -> Result<Rule, RuleError> {
+    /// `bash(word word …)`: one simple command with exactly these words. `None` when the
+    /// rule's text cannot hold them as they are (no words, an empty word).
+    #[must_use]
+    pub fn exactly_command(argv: &[String]) -> Option<Rule> {
+        if argv.is_empty() || argv.iter().any(String::is_empty) {
+            return None;
+        }
         let words: Vec<String> = argv
             .iter()
             .map(|word| {
@@ -435,7 +443,7 @@ impl Rule {
                 quoted
             })
             .collect();
-        format!("bash({})", words.join(" ")).parse()
+        format!("bash({})", words.join(" ")).parse().ok()
     }
 }
 
@@ -1397,6 +1405,18 @@ mod tests {
         let root = PathBuf::from("/work/proj");
         let home = PathBuf::from("/home/dev");
         let at = |p: &str| root.join(p);
+        // Blanks at either end are trimmed by the parser: no rule (`" "` would be `/`, the
+        // whole project; `"src "` the folder `src`). Control: `src` alone is a rule that
+        // covers what is in the folder.
+        for path in [" ", "src ", "src\u{a0}", "\u{200a}src", ""] {
+            assert!(
+                Rule::exactly_path(Tool::EditFile, path).is_none(),
+                "{path:?}"
+            );
+        }
+        let folder = Rule::exactly_path(Tool::EditFile, "src").unwrap();
+        assert!(folder.matches_path(Tool::EditFile, &at("src/a.rs"), &root, &home));
+        assert!(Rule::exactly_command(&[String::new(), "rm".into()]).is_none());
         for path in [
             "src/a.rs",
             "a*.rs",

@@ -57,6 +57,8 @@ struct Shared {
     turn: Mutex<Option<Arc<AtomicBool>>>,
     /// A question is open: keys are its answer.
     asking: AtomicBool,
+    /// When the open question was drawn.
+    asked_at: Mutex<Option<Instant>>,
     /// An exit asked for while the main thread was busy (a question, a turn).
     exit: Mutex<Option<i32>>,
 }
@@ -116,7 +118,6 @@ impl Screen {
     /// character (CJK, most emoji) takes two, a combining mark none. Counted right, the live
     /// area is cleared whole; counted short, old rows of it would stay on the screen.
     fn rows(text: &str, cols: usize) -> u16 {
-        use unicode_width::UnicodeWidthChar;
         let mut width = 0usize;
         let mut in_sgr = false;
         for c in text.chars() {
@@ -124,7 +125,7 @@ impl Screen {
                 (false, '\x1b') => in_sgr = true,
                 (true, 'm') => in_sgr = false,
                 (true, _) => {}
-                (false, _) => width += c.width().unwrap_or(0),
+                (false, _) => width += columns(c),
             }
         }
         u16::try_from(width.div_ceil(cols).max(1)).unwrap_or(u16::MAX)
@@ -154,7 +155,11 @@ impl Screen {
         let cols = self.width();
         let mut rows: Vec<String> = Vec::new();
         if !self.open_line.is_empty() {
-            rows.push(format!("  {}", self.open_line));
+            // The unfinished line's end, on one row: the live area stays as tall as counted.
+            rows.push(format!(
+                "  {}",
+                tail(&self.open_line, cols.saturating_sub(3))
+            ));
         }
         if let Some(since) = self.busy {
             rows.push(self.styled(
@@ -189,11 +194,17 @@ impl Screen {
     }
 
     /// Finished lines into the scrollback (each already escaped), then the live area again.
+    /// A line wider than the terminal is cut into rows here, each after the first indented:
+    /// left to the terminal, the text of a long line would wrap to the first column, where
+    /// only the supervisor's lines start.
     fn print(&mut self, lines: &[String]) {
+        let cols = self.width();
         self.clear_live();
         for line in lines {
-            let _ = self.out.write_all(line.as_bytes());
-            let _ = self.out.write_all(b"\r\n");
+            for row in wrap(line, cols) {
+                let _ = self.out.write_all(row.as_bytes());
+                let _ = self.out.write_all(b"\r\n");
+            }
         }
         self.draw_live();
     }
@@ -231,6 +242,56 @@ impl Screen {
             self.print(&finished);
         }
     }
+}
+
+/// Columns `c` takes (a tab as the terminal's next stop is not known: counted as 8).
+fn columns(c: char) -> usize {
+    use unicode_width::UnicodeWidthChar;
+    if c == '\t' {
+        8
+    } else {
+        c.width().unwrap_or(0)
+    }
+}
+
+/// `line` (no control characters but tabs) cut into rows of at most `cols` columns, each row
+/// after the first indented by two spaces.
+fn wrap(line: &str, cols: usize) -> Vec<String> {
+    let cols = cols.max(8);
+    let mut rows = Vec::new();
+    let mut row = String::new();
+    let mut width = 0;
+    for c in line.chars() {
+        let w = columns(c);
+        if width + w > cols {
+            rows.push(std::mem::take(&mut row));
+            row.push_str("  ");
+            width = 2;
+        }
+        row.push(c);
+        width += w;
+    }
+    rows.push(row);
+    rows
+}
+
+/// The end of `text` that fits in `cols` columns, with `…` when cut.
+fn tail(text: &str, cols: usize) -> String {
+    let total: usize = text.chars().map(columns).sum();
+    if total <= cols {
+        return text.to_string();
+    }
+    let mut kept = Vec::new();
+    let mut width = 1;
+    for c in text.chars().rev() {
+        let w = columns(c);
+        if width + w > cols {
+            break;
+        }
+        kept.push(c);
+        width += w;
+    }
+    std::iter::once('…').chain(kept.into_iter().rev()).collect()
 }
 
 /// Puts the terminal back: the live area's input line ends, raw mode off.
@@ -276,6 +337,7 @@ impl TermFront {
             }),
             turn: Mutex::new(None),
             asking: AtomicBool::new(false),
+            asked_at: Mutex::new(None),
             exit: Mutex::new(None),
         });
         let (to_main, from_keys) = mpsc::channel();
@@ -299,6 +361,9 @@ impl Drop for TermFront {
 
 /// The key thread: each key changes the input line, answers the open question, or stops.
 fn read_keys(shared: &Shared, to_main: &Sender<FromKeys>) {
+    // When the key before this one came: a key that follows another closely is typing, not
+    // an answer (see `ANSWER_PAUSE`).
+    let mut last_key: Option<Instant> = None;
     loop {
         let key = match event::read() {
             Ok(Event::Key(key)) if key.kind != KeyEventKind::Release => key,
@@ -313,7 +378,10 @@ fn read_keys(shared: &Shared, to_main: &Sender<FromKeys>) {
                 return;
             }
         };
-        if let Some(message) = on_key(shared, key) {
+        let now = Instant::now();
+        let typing = last_key.is_some_and(|t| now.duration_since(t) < ANSWER_PAUSE);
+        last_key = Some(now);
+        if let Some(message) = on_key(shared, key, typing) {
             let exit = matches!(message, FromKeys::Exit(_));
             if let FromKeys::Exit(code) = message {
                 *shared
@@ -328,14 +396,35 @@ fn read_keys(shared: &Shared, to_main: &Sender<FromKeys>) {
     }
 }
 
-/// One key; what the main thread must hear of it.
-fn on_key(shared: &Shared, key: KeyEvent) -> Option<FromKeys> {
+/// How long a question must have been on the screen, and how long after the key before,
+/// for a key to answer it: someone typing a message when a question opens must not answer it
+/// with the next letter they type (an `a` would be "always"; on a staged change, "apply").
+const ANSWER_PAUSE: Duration = Duration::from_millis(400);
+
+/// One key (`typing`: it came right after another); what the main thread must hear of it.
+fn on_key(shared: &Shared, key: KeyEvent, typing: bool) -> Option<FromKeys> {
     let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
     let is_ctrl_c = ctrl && key.code == KeyCode::Char('c');
     if shared.asking.load(Ordering::SeqCst) && !is_ctrl_c {
+        let settled = shared
+            .asked_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() >= ANSWER_PAUSE);
+        let plain = !key
+            .modifiers
+            .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT | KeyModifiers::SUPER);
+        if key.code == KeyCode::Esc {
+            return Some(FromKeys::Answer('n'));
+        }
+        if !settled || typing || !plain {
+            let mut screen = shared.screen();
+            screen.notice = Some("a question is open: pause, then press one of its keys".into());
+            screen.redraw();
+            return None;
+        }
         return match key.code {
             KeyCode::Char(c) => Some(FromKeys::Answer(c.to_ascii_lowercase())),
-            KeyCode::Esc => Some(FromKeys::Answer('n')),
             _ => None,
         };
     }
@@ -473,6 +562,11 @@ impl TermApprover {
             let _ = screen.out.write_all(b"\x07");
             let _ = screen.out.flush();
         }
+        *self
+            .shared
+            .asked_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
         self.shared.asking.store(true, Ordering::SeqCst);
         let key = loop {
             let key = self
@@ -550,10 +644,11 @@ impl Approver for TermApprover {
                 lines.push(format!("?   {line}"));
             }
         }
+        // Fixed words only: the target (the model's) is on the question's line above, never
+        // in the reverse-video row, where padding could make it read as another question.
         let choice = format!(
-            " garuda asks: allow {} {}?  y = yes, once   a = always, this session   n = no ",
-            question.tool,
-            v(&question.target)
+            " garuda asks: allow this {} (above)?  y = yes, once   a = always, this session   n = no ",
+            question.tool
         );
         let mut pending = lines;
         let answer = loop {
@@ -632,7 +727,17 @@ impl Front for TermFront {
             }
             if let Some(command) = message.strip_prefix('!') {
                 let mut said = Vec::new();
-                let note = crate::chat::run_bang(turns, command.trim(), &mut |l| said.push(l))?;
+                // Esc and Ctrl-C stop it as they stop a turn's command.
+                *self.shared.turn() = Some(turns.cancel_flag());
+                {
+                    let mut screen = self.shared.screen();
+                    screen.busy = Some(Instant::now());
+                    screen.redraw();
+                }
+                let note = crate::chat::run_bang(turns, command.trim(), &mut |l| said.push(l));
+                *self.shared.turn() = None;
+                self.shared.screen().busy = None;
+                let note = note?;
                 self.shared.screen().print(&said);
                 notes.push(note);
                 continue;
@@ -719,6 +824,24 @@ fn show_event(shared: &Shared, event: &UiEvent) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A long line becomes rows of the terminal's width, each after the first indented, so no
+    /// row but a line's first starts at the first column; the live area's open line keeps its
+    /// end on one row.
+    #[test]
+    fn long_lines_are_cut_into_indented_rows() {
+        let line = format!("  {}? allow it?", "x".repeat(18));
+        let rows = wrap(&line, 20);
+        assert_eq!(rows[0], format!("  {}", "x".repeat(18)));
+        assert_eq!(rows[1], "  ? allow it?");
+        assert!(rows.iter().skip(1).all(|r| r.starts_with("  ")));
+        assert_eq!(
+            wrap("漢字漢字漢", 8),
+            vec!["漢字漢字".to_string(), "  漢".to_string()]
+        );
+        assert_eq!(tail("abcdefgh", 5), "…efgh");
+        assert_eq!(tail("abc", 5), "abc");
+    }
 
     /// Rows count columns, not characters, and not the SGR sequences the supervisor adds.
     #[test]

@@ -166,6 +166,13 @@ impl Tui {
         self.wait_for("the end of the turn", |s| !s.contains("working "));
     }
 
+    /// A question's answer, given as a person does: after a pause (a key right after the
+    /// question opens, or right after another key, is taken as typing, not as an answer).
+    fn answer(&mut self, key: &[u8]) {
+        std::thread::sleep(Duration::from_millis(600));
+        self.keys(key);
+    }
+
     fn keys(&mut self, bytes: &[u8]) {
         self.writer.write_all(bytes).unwrap();
         self.writer.flush().unwrap();
@@ -211,7 +218,8 @@ fn the_models_escapes_are_shown_as_text_and_never_reach_the_terminal() {
     let mut t = Tui::start(vec![Scripted::text(hostile)]);
     t.keys(b"hello\r");
     t.wait_for("the model's last line", |s| s.contains("  the end"));
-    let screen = t.screen();
+    // A long line is cut into rows, each after the first indented: joined again here.
+    let screen = t.screen().replace("\n  ", "");
     assert!(
         screen.contains("clip\\e]52;c;cm0gLXJmIH4=\\x07"),
         "{screen}"
@@ -222,9 +230,10 @@ fn the_models_escapes_are_shown_as_text_and_never_reach_the_terminal() {
         screen.contains("erase\\e[2K up\\e[1A back\\rclip"),
         "{screen}"
     );
-    // The fake question is the model's: indented, and no line starts with it.
-    assert!(screen.contains("  Apply? [y/n]"), "{screen}");
-    assert!(!screen.lines().any(|l| l.starts_with("Apply?")), "{screen}");
+    // The fake question is the model's: indented, and no row starts with it.
+    let rows = t.screen();
+    assert!(rows.contains("\n  Apply? [y/n]"), "{rows}");
+    assert!(!rows.lines().any(|l| l.starts_with("Apply?")), "{rows}");
     // A command's output (the person's `!command`: the only tool output the chat shows) with
     // the same sequences is shown as text too.
     t.wait_idle();
@@ -256,14 +265,26 @@ fn an_edit_refused_with_n_leaves_the_file_unchanged() {
         let mut t = Tui::start(vec![edit(), Scripted::text("finished")]);
         t.keys(b"fix the README\r");
         t.wait_for("the question", |s| {
-            s.contains("garuda asks: allow edit_file README.md?")
+            s.contains("garuda asks: allow this edit_file (above)?")
         });
         // Drawn in reverse video, with the bell.
         let raw = t.raw.lock().unwrap().clone();
         assert!(raw.windows(4).any(|w| w == b"\x1b[7m"), "reverse video");
         assert!(raw.contains(&0x07), "the bell");
-        t.keys(key);
+        // Someone still typing when the question opens does not answer it: an `a` at once
+        // (it would be "always") is not taken.
+        t.keys(b"a");
+        t.wait_for("the notice", |s| {
+            s.contains("garuda: a question is open: pause, then press one of its keys")
+        });
+        t.answer(key);
         t.wait_for("the model's answer", |s| s.contains("  finished"));
+        let said = if key == b"n" { "no" } else { "yes, once" };
+        assert!(
+            t.screen().contains(&format!("? answered: {said}")),
+            "{}",
+            t.screen()
+        );
         t.wait_idle();
         assert_eq!(
             std::fs::read_to_string(t.w.project.join("README.md")).unwrap(),
@@ -289,9 +310,21 @@ fn processes(argv: &[&str]) -> Vec<u32> {
 
 #[test]
 fn esc_stops_a_running_command_and_the_chat_goes_on() {
-    let marker = format!("{}", std::process::id() as u64 * 7 + 301);
+    // Direct (run by the supervisor itself), staged (a child `garuda sandbox`), and the
+    // person's own `!command`.
+    for (args, how) in [
+        (&[][..], "direct"),
+        (&["--staged"][..], "staged"),
+        (&[][..], "bang"),
+    ] {
+        esc_stops(args, how);
+    }
+}
+
+fn esc_stops(args: &[&str], how: &str) {
+    let marker = format!("{}", std::process::id() as u64 * 7 + 301 + how.len() as u64);
     let command = format!("sleep {marker}");
-    let mut t = Tui::start(vec![
+    let mut script = vec![
         Scripted::reply(vec![Part::ToolUse {
             id: "b1".into(),
             name: "bash".into(),
@@ -299,8 +332,17 @@ fn esc_stops_a_running_command_and_the_chat_goes_on() {
         }]),
         Scripted::text("after the stop"),
         Scripted::text("second answer"),
-    ]);
-    t.keys(b"run it\r");
+    ];
+    if how == "bang" {
+        // The person's command needs no model call.
+        script.remove(0);
+    }
+    let mut t = Tui::start_in(Tui::world(), args, script);
+    if how == "bang" {
+        t.keys(format!("!{command}\r").as_bytes());
+    } else {
+        t.keys(b"run it\r");
+    }
     let deadline = Instant::now() + WAIT;
     while processes(&["sleep", &marker]).is_empty() {
         assert!(
@@ -311,12 +353,18 @@ fn esc_stops_a_running_command_and_the_chat_goes_on() {
         std::thread::sleep(Duration::from_millis(20));
     }
     t.keys(b"\x1b");
-    t.wait_for("the stopped turn", |s| {
-        s.contains("garuda: the turn stopped: cancelled")
-    });
+    if how == "bang" {
+        t.wait_for("the stopped command", |s| {
+            s.contains(&format!("· !{command} → "))
+        });
+    } else {
+        t.wait_for("the stopped turn", |s| {
+            s.contains("garuda: the turn stopped: cancelled")
+        });
+    }
     let deadline = Instant::now() + WAIT;
     while !processes(&["sleep", &marker]).is_empty() {
-        assert!(Instant::now() < deadline, "the command outlived Esc");
+        assert!(Instant::now() < deadline, "{how}: the command outlived Esc");
         std::thread::sleep(Duration::from_millis(20));
     }
     // The chat goes on.
@@ -379,7 +427,7 @@ fn a_staged_change_is_applied_or_discarded_with_one_key() {
             s.contains("garuda asks: apply or discard this change?")
         });
         assert!(t.screen().contains("made.txt"), "{}", t.screen());
-        t.keys(key);
+        t.answer(key);
         t.wait_for("the model's answer", |s| s.contains("  ok"));
         t.wait_idle();
         assert_eq!(
@@ -409,9 +457,10 @@ fn always_stops_the_next_identical_question_and_is_audited() {
         t.keys(b"twice\r");
         for (i, key) in keys.iter().enumerate() {
             t.wait_for("a question", |s| {
-                s.matches("? answered:").count() == i && s.contains("garuda asks: allow edit_file")
+                s.matches("? answered:").count() == i
+                    && s.contains("garuda asks: allow this edit_file")
             });
-            t.keys(&[*key]);
+            t.answer(&[*key]);
         }
         t.wait_for("the model's answer", |s| s.contains("  done"));
         t.wait_idle();

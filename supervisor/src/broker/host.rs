@@ -194,7 +194,7 @@ impl<'a> SessionTools<'a> {
                         crate::broker::judge::Tool::WriteFile => Some(RuleTool::WriteFile),
                         _ => None,
                     };
-                    for_session = tool.and_then(|t| Rule::exactly_path(t, pending.resolved()).ok());
+                    for_session = tool.and_then(|t| Rule::exactly_path(t, pending.resolved()));
                 }
                 asked = Some(answer != Approved::No);
                 answer != Approved::No
@@ -252,6 +252,7 @@ impl<'a> SessionTools<'a> {
         let decision = self.engine.decide(&request, &self.ctx);
         let mut asked = None;
         let mut session_rules = Vec::new();
+        let mut always = false;
         let allowed = match decision.verdict {
             Verdict::Allow => true,
             Verdict::Deny => false,
@@ -262,24 +263,27 @@ impl<'a> SessionTools<'a> {
                     reason: decision.reason.clone(),
                     change: None,
                 });
-                if answer == Approved::ForSession {
-                    // Each simple command of the line, word for word; a line with a word
-                    // known only when it runs gets no rule (it is asked again).
+                always = answer == Approved::ForSession;
+                if always {
+                    // Only a line that is one plain simple command, word for word: the
+                    // splitter also reports derived forms (`A=1 cmd` as `cmd`, `/x/rm` as
+                    // `rm`, what a wrapper runs), and a rule for one of those would allow
+                    // more than was asked. Any other line gets no rule: asked again.
                     let rules = garuda_policy::command::split(line)
                         .ok()
-                        .and_then(|commands| {
-                            commands
-                                .iter()
-                                .filter(|c| !c.argv.is_empty())
-                                .map(|c| {
-                                    if c.dynamic {
-                                        None
-                                    } else {
-                                        garuda_policy::rule::Rule::exactly_command(&c.argv).ok()
-                                    }
-                                })
-                                .collect::<Option<Vec<_>>>()
-                        });
+                        .and_then(|commands| match commands.as_slice() {
+                            [one]
+                                if !one.dynamic
+                                    && one.writes.is_empty()
+                                    && one.reads.is_empty()
+                                    && !one.argv.is_empty()
+                                    && !one.argv[0].contains(['=', '/']) =>
+                            {
+                                garuda_policy::rule::Rule::exactly_command(&one.argv)
+                            }
+                            _ => None,
+                        })
+                        .map(|rule| vec![rule]);
                     session_rules = rules.unwrap_or_default();
                 }
                 asked = Some(answer != Approved::No);
@@ -295,6 +299,15 @@ impl<'a> SessionTools<'a> {
             Some(&decision),
             asked,
         );
+        if always && session_rules.is_empty() {
+            // "Always" with no rule that says exactly this line: allowed once, on record.
+            if let Some(map) = event.as_object_mut() {
+                map.insert(
+                    "always_without_rule".into(),
+                    json!("the line is not one plain command: it is asked again next time"),
+                );
+            }
+        }
         for rule in session_rules {
             note_session_rule(&mut event, &rule);
             self.ctx.session_rules.push(rule);
@@ -395,6 +408,10 @@ impl<'a> SessionTools<'a> {
                 return Err(e);
             }
         };
+        // The chat's Esc and Ctrl-C (`sys::kill_forward_target`) and a signal to the
+        // supervisor stop the child `garuda sandbox`, which takes its sandbox with it; a
+        // staged session it leaves is recovered at the next start.
+        crate::sys::forward_signals_to(libc::pid_t::try_from(child.id()).unwrap_or(0));
         let stderr = child.stderr.take();
         let stdout = child.stdout.take();
         // Each pipe on its own thread, so a full pipe never stalls the other or a question.
@@ -402,13 +419,23 @@ impl<'a> SessionTools<'a> {
         let out_reader = std::thread::spawn(move || read_capped(stdout));
         let mut applying = self.runner.staged_apply;
         let status = match &asking {
-            None => child.wait()?,
+            None => child.wait(),
             Some((dir, _, listener)) => {
                 let status = self.relay_staged_questions(&mut child, listener, &mut applying);
                 let _ = std::fs::remove_dir_all(dir);
-                status?
+                status
             }
         };
+        let status = match status {
+            Ok(status) => status,
+            Err(e) => {
+                crate::sys::forward_signals_to(0);
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        };
+        crate::sys::forward_signals_to(0);
         let (out, out_cut) = out_reader.join().unwrap_or_default();
         let (err, err_cut) = err_reader.join().unwrap_or_default();
         use std::os::unix::process::ExitStatusExt;
@@ -439,6 +466,11 @@ impl<'a> SessionTools<'a> {
             match listener.accept() {
                 Ok((stream, _)) => {
                     stream.set_nonblocking(false)?;
+                    if crate::sys::forwarded_signal().is_some() {
+                        // The session is ending: no more questions.
+                        crate::staged_ask::answer(&stream, false);
+                        continue;
+                    }
                     // A question that does not come within a minute is no question.
                     stream.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
                     let Some(question) = crate::staged_ask::read_question(&stream) else {
@@ -618,15 +650,18 @@ fn decision_event(request: &Request, decision: Option<&Decision>, asked: Option<
 
 /// What became of a staged command's change, from `garuda sandbox`'s exit code, for the model.
 fn staged_outcome(code: Option<i32>, applying: bool) -> String {
+    // The child's exit code says what became of the change, except that after an apply it is
+    // the command's own, which may happen to be one of these (a limit, said in docs/chat.md).
     match code {
+        None => "the command was stopped by a signal: its change was discarded, the project did not change".into(),
         Some(crate::exit_codes::STAGED_DISCARDED) => {
             "the change was discarded: the project did not change".into()
         }
         Some(crate::exit_codes::APPLY_FAILED) => {
-            "applying the change failed (see the output)".into()
+            "applying the change failed or did not finish (see the output)".into()
         }
         Some(crate::exit_codes::APPLY_REFUSED) => {
-            "the change touches sensitive files and was not applied".into()
+            "the change was refused and not applied (the output says why)".into()
         }
         _ if applying => "the change (if any) was applied to the project".into(),
         _ => "the change (if any) was discarded: the project did not change".into(),
