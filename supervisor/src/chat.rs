@@ -139,7 +139,7 @@ impl Approver for LineApprover {
             StagedQuestion::ApplyOrDiscard { summary, can_apply } => {
                 io.say("? the staged command changed the project's view:");
                 for line in summary.lines() {
-                    io.say(&format!("?   {}", garuda_text::visible(line)));
+                    io.say(&format!("?   {}", garuda_text::visible_lines(line)));
                 }
                 if *can_apply {
                     io.say("? apply or discard this change? a = apply, d = discard");
@@ -214,7 +214,7 @@ pub(crate) fn diff_lines(path: &str, before: Option<&str>, after: &str) -> Vec<S
         .to_string();
     let mut lines: Vec<String> = text
         .lines()
-        .map(|l| garuda_text::visible(l).into_owned())
+        .map(|l| garuda_text::visible_lines(l).into_owned())
         .collect();
     if lines.len() > DIFF_LINES_SHOWN {
         let more = lines.len() - DIFF_LINES_SHOWN;
@@ -420,7 +420,7 @@ fn own_command(say: &mut dyn FnMut(String), args: &[&str]) {
             let text = String::from_utf8_lossy(&out.stdout).into_owned()
                 + &String::from_utf8_lossy(&out.stderr);
             for line in text.lines() {
-                say(format!("garuda: {}", garuda_text::visible(line)));
+                say(format!("garuda: {}", garuda_text::visible_lines(line)));
             }
         }
         Err(e) => say(format!(
@@ -559,12 +559,38 @@ fn audit_verify(
     match report {
         Ok(report) => {
             for line in report.render_text().lines() {
-                say(format!("garuda: {}", garuda_text::visible(line)));
+                say(format!("garuda: {}", garuda_text::visible_lines(line)));
             }
         }
         Err(e) => say(format!(
             "garuda: verify cannot run: {}",
             garuda_text::visible(&format!("{e:#}"))
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// A diff shows the file's text as it is (a backslash once, a tab as itself) with its
+    /// controls made visible; a new file's diff is against /dev/null.
+    #[test]
+    fn a_diff_shows_backslashes_once_and_controls_escaped() {
+        let lines = diff_lines(
+            "a.rs",
+            Some("let s = \"x\";\n"),
+            "let s = \"a\\nb\";\x1b[2J\n",
+        );
+        assert!(lines.contains(&"--- a/a.rs".to_string()), "{lines:?}");
+        assert!(
+            lines.contains(&"+let s = \"a\\nb\";\\e[2J".to_string()),
+            "{lines:?}"
+        );
+        let new = diff_lines("n.txt", None, "hi\n");
+        assert_eq!(new[0], "--- /dev/null");
+        // Control: the one-line escaping (used for names) doubles the backslash.
+        assert_eq!(garuda_text::visible("a\\nb"), "a\\\\nb");
     }
 }

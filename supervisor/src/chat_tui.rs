@@ -61,6 +61,8 @@ struct Shared {
     asked_at: Mutex<Option<Instant>>,
     /// An exit asked for while the main thread was busy (a question, a turn).
     exit: Mutex<Option<i32>>,
+    /// The terminal is in raw mode (the chat has it).
+    raw: AtomicBool,
 }
 
 impl Shared {
@@ -306,18 +308,13 @@ fn restore(screen: &mut Screen) {
 pub struct TermFront {
     shared: Arc<Shared>,
     from_keys: Arc<Mutex<Receiver<FromKeys>>>,
+    /// The key thread's end of the channel, until the thread starts.
+    to_main: Mutex<Option<Sender<FromKeys>>>,
 }
 
 impl TermFront {
     /// Takes the terminal: raw mode, the key thread, a panic hook that gives it back.
     pub fn start() -> Result<TermFront> {
-        crossterm::terminal::enable_raw_mode().context("putting the terminal in raw mode")?;
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let _ = crossterm::terminal::disable_raw_mode();
-            let _ = std::io::stdout().write_all(b"\x1b[0m\x1b[?25h\r\n");
-            previous(info);
-        }));
         let shared = Arc::new(Shared {
             screen: Mutex::new(Screen {
                 out: std::io::stdout(),
@@ -339,23 +336,83 @@ impl TermFront {
             asking: AtomicBool::new(false),
             asked_at: Mutex::new(None),
             exit: Mutex::new(None),
+            raw: AtomicBool::new(false),
         });
         let (to_main, from_keys) = mpsc::channel();
-        let keys_shared = Arc::clone(&shared);
+        Ok(TermFront {
+            shared,
+            from_keys: Arc::new(Mutex::new(from_keys)),
+            to_main: Mutex::new(Some(to_main)),
+        })
+    }
+
+    /// Raw mode on, a panic hook that turns it off before the message prints, and the key
+    /// thread: only once the session is up, so what is printed while it starts and ends is
+    /// printed on a terminal as it was.
+    fn take_terminal(&self) -> Result<()> {
+        crossterm::terminal::enable_raw_mode().context("putting the terminal in raw mode")?;
+        self.shared.raw.store(true, Ordering::SeqCst);
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let _ = crossterm::terminal::disable_raw_mode();
+            let _ = std::io::stdout().write_all(b"\x1b[0m\x1b[?25h\r\n");
+            previous(info);
+        }));
+        let Some(to_main) = self
+            .to_main
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        else {
+            return Ok(());
+        };
+        let keys_shared = Arc::clone(&self.shared);
         std::thread::Builder::new()
             .name("garuda-keys".into())
             .spawn(move || read_keys(&keys_shared, &to_main))
             .context("starting the key reader")?;
-        Ok(TermFront {
-            shared,
-            from_keys: Arc::new(Mutex::new(from_keys)),
-        })
+        Ok(())
+    }
+
+    /// Gives the terminal back (once): the live area cleared, raw mode off.
+    fn give_back(&self) {
+        if self.shared.raw.swap(false, Ordering::SeqCst) {
+            restore(&mut self.shared.screen());
+        }
+    }
+}
+
+/// Lines written to it are the supervisor's, shown in the scrollback (the agent's stderr,
+/// already escaped, while the terminal is raw).
+struct ScreenLines {
+    shared: Arc<Shared>,
+    pending: Vec<u8>,
+}
+
+impl Write for ScreenLines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+            if self.shared.raw.load(Ordering::SeqCst) {
+                self.shared.screen().say(&garuda_text::visible_lines(&text));
+            } else {
+                let mut err = std::io::stderr().lock();
+                let _ = writeln!(err, "{}", garuda_text::visible_lines(&text));
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
 impl Drop for TermFront {
     fn drop(&mut self) {
-        restore(&mut self.shared.screen());
+        self.give_back();
     }
 }
 
@@ -599,7 +656,7 @@ impl Approver for TermApprover {
                 lines.extend(
                     summary
                         .lines()
-                        .map(|l| format!("?   {}", garuda_text::visible(l))),
+                        .map(|l| format!("?   {}", garuda_text::visible_lines(l))),
                 );
                 let choice = if *can_apply {
                     " garuda asks: apply or discard this change?  a = apply   d = discard "
@@ -677,7 +734,23 @@ impl Front for TermFront {
         })
     }
 
+    fn agent_stderr(&self) -> Option<Box<dyn Write + Send>> {
+        Some(Box::new(ScreenLines {
+            shared: Arc::clone(&self.shared),
+            pending: Vec::new(),
+        }))
+    }
+
     fn drive(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<i32> {
+        self.take_terminal()?;
+        let result = self.drive_raw(turns, facts);
+        self.give_back();
+        result
+    }
+}
+
+impl TermFront {
+    fn drive_raw(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<i32> {
         let shared = Arc::clone(&self.shared);
         turns.set_activity(Activity::Lines(Box::new(move |line| {
             shared.screen().say(&format!("· {line}"));

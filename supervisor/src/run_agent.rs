@@ -124,6 +124,11 @@ pub trait Front {
     fn approver(&self) -> Box<dyn Approver>;
     /// Runs the turns; the exit code.
     fn drive(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<i32>;
+    /// Where the agent's stderr lines go instead of this process's stderr (a terminal in raw
+    /// mode needs them drawn as its own lines).
+    fn agent_stderr(&self) -> Option<Box<dyn Write + Send>> {
+        None
+    }
 }
 
 /// The audit session as the broker's sink.
@@ -435,6 +440,7 @@ pub fn run(mut args: RunArgs, front: Option<&dyn Front>) -> Result<i32> {
     let reference = resolved.reference();
     let parts = SessionParts {
         args: &args,
+        agent_stderr: front.and_then(|f| f.agent_stderr()),
         asks: front.is_some(),
         host: &host,
         project: &project,
@@ -613,6 +619,8 @@ fn is_file_rule(rule: &str) -> bool {
 
 struct SessionParts<'a> {
     args: &'a RunArgs,
+    /// Where the agent's stderr goes (`None`: this process's stderr).
+    agent_stderr: Option<Box<dyn Write + Send>>,
     /// A person answers the questions (the chat): staged commands ask them too.
     asks: bool,
     host: &'a HostEnv,
@@ -710,6 +718,7 @@ fn session<T>(
 ) -> Result<T> {
     let SessionParts {
         args,
+        agent_stderr,
         asks,
         host,
         project,
@@ -765,9 +774,12 @@ fn session<T>(
             return Err(anyhow!(e));
         }
     };
-    let stderr_thread = agent
-        .take_stderr()
-        .map(|err| std::thread::spawn(move || show_agent_stderr(err, &mut std::io::stderr())));
+    let stderr_thread = agent.take_stderr().map(|err| {
+        std::thread::spawn(move || match agent_stderr {
+            Some(mut sink) => show_agent_stderr(err, &mut sink),
+            None => show_agent_stderr(err, &mut std::io::stderr()),
+        })
+    });
     let channel = agent
         .take_channel()
         .ok_or_else(|| anyhow!("the agent's channel is missing"))?;
