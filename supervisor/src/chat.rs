@@ -134,6 +134,10 @@ impl Approver for LineApprover {
     }
 
     fn staged(&mut self, question: &StagedQuestion) -> bool {
+        // The child's report of the outcome is taken by the tool host, never asked.
+        if matches!(question, StagedQuestion::Outcome { .. }) {
+            return true;
+        }
         let mut io = self.0.borrow_mut();
         let yes = match question {
             StagedQuestion::ApplyOrDiscard { summary, can_apply } => {
@@ -150,6 +154,7 @@ impl Approver for LineApprover {
                 }
                 *can_apply && matches!(io.read().as_deref().map(str::trim), Some("a" | "apply"))
             }
+            StagedQuestion::Outcome { .. } => true,
             StagedQuestion::Guard { text } => {
                 io.say(&format!("? {} y = yes, n = no", garuda_text::visible(text)));
                 matches!(io.read().as_deref().map(str::trim), Some("y" | "yes"))
@@ -160,6 +165,7 @@ impl Approver for LineApprover {
             (StagedQuestion::ApplyOrDiscard { .. }, false) => "? answered: discard",
             (StagedQuestion::Guard { .. }, true) => "? answered: yes",
             (StagedQuestion::Guard { .. }, false) => "? answered: no",
+            (StagedQuestion::Outcome { .. }, _) => "",
         });
         yes
     }

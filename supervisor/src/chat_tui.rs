@@ -649,6 +649,10 @@ impl Approver for TermApprover {
     }
 
     fn staged(&mut self, question: &StagedQuestion) -> bool {
+        // The child's report of the outcome is taken by the tool host, never asked.
+        if matches!(question, StagedQuestion::Outcome { .. }) {
+            return true;
+        }
         let yes = match question {
             StagedQuestion::ApplyOrDiscard { summary, can_apply } => {
                 let mut lines =
@@ -671,6 +675,7 @@ impl Approver for TermApprover {
                     }
                 }
             }
+            StagedQuestion::Outcome { .. } => true,
             StagedQuestion::Guard { text } => matches!(
                 self.ask(
                     vec![format!("? {}", garuda_text::visible(text))],
@@ -684,6 +689,7 @@ impl Approver for TermApprover {
             (StagedQuestion::ApplyOrDiscard { .. }, false) => "? answered: discard",
             (StagedQuestion::Guard { .. }, true) => "? answered: yes",
             (StagedQuestion::Guard { .. }, false) => "? answered: no",
+            (StagedQuestion::Outcome { .. }, _) => "",
         });
         yes
     }

@@ -1522,6 +1522,13 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
         );
     }
     let (outcome, staged_result, interrupted, not_applied) = result?;
+    if let Some(path) = &ask_socket {
+        // The asker hears what became of the change (its answer is only an acknowledgement).
+        let what = crate::staged_ask::StagedQuestion::Outcome {
+            what: staged_result.to_string(),
+        };
+        let _ = crate::staged_ask::ask(path, &what);
+    }
     let code = finish(&outcome, capture, interrupted);
     // A change that was not applied says so in the exit code, whatever the command's own
     // code: `garuda sandbox --staged --apply -- … && git commit` must not commit.

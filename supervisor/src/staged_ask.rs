@@ -36,6 +36,14 @@ pub enum StagedQuestion {
         /// The question.
         text: String,
     },
+    /// Not a question: what became of the change, in the audit log's words (`applied`,
+    /// `discarded`, `discarded (apply refused)`, `no change`…), sent last. The parent tells
+    /// the model this rather than guess it from the exit code (after an apply that is the
+    /// command's own, which may be any number).
+    Outcome {
+        /// What became of the change.
+        what: String,
+    },
 }
 
 /// The child's side: asks `question` over the socket at `path`; true for a yes. Every failure

@@ -307,12 +307,18 @@ fn help_unknown_commands_and_the_end_of_the_input() {
 /// discards it (each the other's control); the model is told which.
 #[test]
 fn a_staged_commands_change_is_applied_or_discarded_as_answered() {
-    for (answer, applied) in [("a", true), ("d", false)] {
+    // The third: a command whose own exit code is 121, which is also the code of "discarded
+    // at the question"; applied, and the model is told so (the child reports the outcome).
+    for (answer, applied, command) in [
+        ("a", true, "echo made > made.txt"),
+        ("d", false, "echo made > made.txt"),
+        ("a", true, "echo made > made.txt; exit 121"),
+    ] {
         let c = Chat::new(vec![
             Scripted::reply(vec![Part::ToolUse {
                 id: "b1".into(),
                 name: "bash".into(),
-                input: json!({"command": "echo made > made.txt"}),
+                input: json!({ "command": command }),
             }]),
             Scripted::text("ok"),
         ]);
@@ -342,9 +348,9 @@ fn a_staged_commands_change_is_applied_or_discarded_as_answered() {
         let requests = c.server.requests();
         let last = requests.last().unwrap().body.to_string();
         let told = if applied {
-            "the change (if any) was applied to the project"
+            "the change was applied to the project (applied)"
         } else {
-            "the change was discarded: the project did not change"
+            "the change was not applied (discarded): the project did not change"
         };
         assert!(last.contains(told), "{last}");
     }

@@ -418,10 +418,12 @@ impl<'a> SessionTools<'a> {
         let err_reader = std::thread::spawn(move || read_capped(stderr));
         let out_reader = std::thread::spawn(move || read_capped(stdout));
         let mut applying = self.runner.staged_apply;
+        let mut reported: Option<String> = None;
         let status = match &asking {
             None => child.wait(),
             Some((dir, _, listener)) => {
-                let status = self.relay_staged_questions(&mut child, listener, &mut applying);
+                let status =
+                    self.relay_staged_questions(&mut child, listener, &mut applying, &mut reported);
                 let _ = std::fs::remove_dir_all(dir);
                 status
             }
@@ -449,7 +451,10 @@ impl<'a> SessionTools<'a> {
             output,
             output_truncated: out_cut || err_cut,
             blocked_hosts: Vec::new(),
-            staged: staged.then(|| staged_outcome(code, applying)),
+            staged: staged.then(|| match reported {
+                Some(what) => reported_outcome(&what),
+                None => staged_outcome(code, applying),
+            }),
         })
     }
 
@@ -460,6 +465,7 @@ impl<'a> SessionTools<'a> {
         child: &mut std::process::Child,
         listener: &std::os::unix::net::UnixListener,
         applying: &mut bool,
+        reported: &mut Option<String>,
     ) -> std::io::Result<std::process::ExitStatus> {
         *applying = false;
         loop {
@@ -477,6 +483,11 @@ impl<'a> SessionTools<'a> {
                         crate::staged_ask::answer(&stream, false);
                         continue;
                     };
+                    if let crate::staged_ask::StagedQuestion::Outcome { what } = &question {
+                        *reported = Some(what.clone());
+                        crate::staged_ask::answer(&stream, true);
+                        continue;
+                    }
                     let yes = self.approver.staged(&question);
                     if matches!(
                         question,
@@ -649,6 +660,18 @@ fn decision_event(request: &Request, decision: Option<&Decision>, asked: Option<
 }
 
 /// What became of a staged command's change, from `garuda sandbox`'s exit code, for the model.
+/// What became of a staged command's change, for the model, as the child reported it.
+fn reported_outcome(what: &str) -> String {
+    let what = garuda_text::visible(what);
+    if what == "no change" {
+        "the command changed nothing that could be applied".into()
+    } else if what.starts_with("applied") {
+        format!("the change was applied to the project ({what})")
+    } else {
+        format!("the change was not applied ({what}): the project did not change")
+    }
+}
+
 fn staged_outcome(code: Option<i32>, applying: bool) -> String {
     // The child's exit code says what became of the change, except that after an apply it is
     // the command's own, which may happen to be one of these (a limit, said in docs/chat.md).
@@ -706,4 +729,30 @@ fn run_in_process(
         blocked_hosts: Vec::new(),
         staged: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The child's report decides what the model is told. Control: inferred from the exit
+    /// code alone, a command of its own that exits 121 after an apply reads as discarded.
+    #[test]
+    fn the_reported_outcome_wins_over_the_exit_code() {
+        assert_eq!(
+            reported_outcome("applied"),
+            "the change was applied to the project (applied)"
+        );
+        assert_eq!(
+            reported_outcome("discarded (apply refused)"),
+            "the change was not applied (discarded (apply refused)): the project did not change"
+        );
+        assert_eq!(
+            reported_outcome("no change"),
+            "the command changed nothing that could be applied"
+        );
+        assert!(
+            staged_outcome(Some(crate::exit_codes::STAGED_DISCARDED), true).contains("discarded")
+        );
+    }
 }
