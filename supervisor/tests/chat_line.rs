@@ -386,12 +386,9 @@ fn a_bang_command_runs_sandboxed_and_its_output_reaches_the_next_message() {
     let requests = c.server.requests();
     assert_eq!(requests.len(), 1);
     let body = requests[0].body.to_string();
-    assert!(
-        body.contains(
-            "[The user ran `echo hi-from-user` in the sandbox (exit 0). Its output:]\\nhi-from-user"
-        ),
-        "{body}"
-    );
+    // Fenced by a line the output could not know in advance.
+    let fenced = regex_lite_fence(&body, "[The user ran `echo hi-from-user` in the sandbox (exit 0). Its output is between the two lines ");
+    assert_eq!(fenced.as_deref(), Some("hi-from-user\\n"), "{body}");
     assert!(
         body.contains("[The user tried to run `cat ~/.ssh/id_test`; it was refused: "),
         "{body}"
@@ -431,7 +428,8 @@ fn an_at_path_attaches_through_the_supervisors_rules() {
     assert!(stdout.contains("· attached notes.md (1 lines)"), "{stdout}");
     assert!(stdout.contains("· @.env not attached: "), "{stdout}");
     let body = c.server.requests()[0].body.to_string();
-    assert!(body.contains("[notes.md]\\nNOTE-CONTENT"), "{body}");
+    let fenced = regex_lite_fence(&body, "[The file notes.md is between the two lines ");
+    assert_eq!(fenced.as_deref(), Some("NOTE-CONTENT\\n"), "{body}");
     assert!(!body.contains("ENV-SECRET") && !stdout.contains("ENV-SECRET"));
     assert!(std::fs::read_to_string(c.w.project.join(".env"))
         .unwrap()
@@ -455,4 +453,20 @@ fn policy_and_audit_show_the_commands_output() {
     assert!(stdout.contains("garuda: executor in use: "), "{stdout}");
     assert!(stdout.contains("agent_session"), "{stdout}");
     assert!(c.server.requests().is_empty());
+}
+
+/// In a request body (JSON text, so a newline is `\\n`): the text fenced after `intro` —
+/// `intro` names the fence line, then `; …:]\\n` FENCE `\\n` TEXT `\\n` FENCE. `None` when the
+/// shape is not there or the two fences differ.
+fn regex_lite_fence(body: &str, intro: &str) -> Option<String> {
+    let rest = &body[body.find(intro)? + intro.len()..];
+    let fence = rest.split(';').next()?;
+    assert!(
+        fence.starts_with("----- garuda ") && fence.len() > 30,
+        "{fence}"
+    );
+    let after = &rest[rest.find(":]\\n")? + 4..];
+    let inner = after.strip_prefix(fence)?.strip_prefix("\\n")?;
+    let end = inner.find(&format!("\\n{fence}"))?;
+    Some(inner[..end + 2].to_string())
 }
