@@ -134,55 +134,39 @@ impl Approver for LineApprover {
     }
 
     fn staged(&mut self, question: &StagedQuestion) -> bool {
-        // The child's report of the outcome is taken by the tool host, never asked.
-        if matches!(question, StagedQuestion::Outcome { .. }) {
-            return true;
-        }
         let mut io = self.0.borrow_mut();
+        for line in staged_lines(question) {
+            io.say(&line);
+        }
         let yes = match question {
-            StagedQuestion::ApplyOrDiscard { summary, can_apply } => {
-                io.say("? the staged command changed the project's view:");
-                for line in summary.lines() {
-                    io.say(&format!("?   {}", garuda_text::visible_lines(line)));
-                }
-                if *can_apply {
-                    io.say("? apply or discard this change? a = apply, d = discard");
-                } else {
-                    io.say(
-                        "? this change can only be discarded (the list is incomplete): d = discard",
-                    );
-                }
-                *can_apply && matches!(io.read().as_deref().map(str::trim), Some("a" | "apply"))
+            StagedQuestion::ApplyOrDiscard {
+                can_apply: true, ..
+            } => {
+                io.say("? apply or discard this change? a = apply, d = discard");
+                matches!(io.read().as_deref().map(str::trim), Some("a" | "apply"))
             }
-            StagedQuestion::Outcome { .. } => true,
-            StagedQuestion::Guard { text } => {
-                io.say(&format!("? {} y = yes, n = no", garuda_text::visible(text)));
+            StagedQuestion::ApplyOrDiscard {
+                can_apply: false, ..
+            } => {
+                io.say("? this change can only be discarded (the list is incomplete): d = discard");
+                let _ = io.read();
+                false
+            }
+            StagedQuestion::Guard { .. } => {
+                io.say("? y = yes, n = no");
                 matches!(io.read().as_deref().map(str::trim), Some("y" | "yes"))
             }
+            // Taken by the tool host, never asked.
+            StagedQuestion::Outcome { .. } => return true,
         };
-        io.say(match (question, yes) {
-            (StagedQuestion::ApplyOrDiscard { .. }, true) => "? answered: apply",
-            (StagedQuestion::ApplyOrDiscard { .. }, false) => "? answered: discard",
-            (StagedQuestion::Guard { .. }, true) => "? answered: yes",
-            (StagedQuestion::Guard { .. }, false) => "? answered: no",
-            (StagedQuestion::Outcome { .. }, _) => "",
-        });
+        io.say(staged_answered(question, yes));
         yes
     }
 
     fn answer(&mut self, question: &Approval) -> Approved {
         let mut io = self.0.borrow_mut();
-        let v = garuda_text::visible;
-        io.say(&format!(
-            "? {} {}: {}",
-            question.tool,
-            v(&question.target),
-            v(&question.reason)
-        ));
-        if let Some((before, after)) = &question.change {
-            for line in diff_lines(&question.target, before.as_deref(), after) {
-                io.say(&format!("?   {line}"));
-            }
+        for line in approval_lines(question) {
+            io.say(&line);
         }
         io.say("? allow it? y = yes, once; a = always, for this session; n = no");
         let answer = match io.read().as_deref().map(str::trim) {
@@ -190,12 +174,66 @@ impl Approver for LineApprover {
             Some("a" | "always") => Approved::ForSession,
             _ => Approved::No,
         };
-        io.say(match answer {
-            Approved::Once => "? answered: yes, once",
-            Approved::ForSession => "? answered: always, for this session",
-            Approved::No => "? answered: no",
-        });
+        io.say(approval_answered(answer));
         answer
+    }
+}
+
+/// A question about a tool call as the supervisor shows it (both front ends): the tool, its
+/// target and the engine's reason, escaped, then an edit's diff.
+pub(crate) fn approval_lines(question: &Approval) -> Vec<String> {
+    let v = garuda_text::visible;
+    let mut lines = vec![format!(
+        "? {} {}: {}",
+        question.tool,
+        v(&question.target),
+        v(&question.reason)
+    )];
+    if let Some((before, after)) = &question.change {
+        for line in diff_lines(&question.target, before.as_deref(), after) {
+            lines.push(format!("?   {line}"));
+        }
+    }
+    lines
+}
+
+/// The answer to a tool call's question, as the supervisor records it on screen.
+pub(crate) fn approval_answered(answer: Approved) -> &'static str {
+    match answer {
+        Approved::Once => "? answered: yes, once",
+        Approved::ForSession => "? answered: always, for this session",
+        Approved::No => "? answered: no",
+    }
+}
+
+/// A staged command's question as the supervisor shows it (both front ends): the rendered
+/// change (already escaped by the renderer: `visible_lines` keeps its backslashes single), or
+/// a guard's own question.
+pub(crate) fn staged_lines(question: &StagedQuestion) -> Vec<String> {
+    match question {
+        StagedQuestion::ApplyOrDiscard { summary, .. } => {
+            std::iter::once("? the staged command changed the project's view:".to_string())
+                .chain(
+                    summary
+                        .lines()
+                        .map(|l| format!("?   {}", garuda_text::visible_lines(l))),
+                )
+                .collect()
+        }
+        StagedQuestion::Guard { text } => vec![format!("? {}", garuda_text::visible(text))],
+        StagedQuestion::Outcome { .. } => Vec::new(),
+    }
+}
+
+/// The answer to a staged question, as the supervisor records it on screen.
+pub(crate) fn staged_answered(question: &StagedQuestion, yes: bool) -> &'static str {
+    match (question, yes) {
+        (StagedQuestion::ApplyOrDiscard { .. }, true) => "? answered: apply",
+        (StagedQuestion::ApplyOrDiscard { .. }, false) => "? answered: discard",
+        (StagedQuestion::Guard { .. }, true) => "? answered: yes",
+        (StagedQuestion::Guard { .. }, false) | (StagedQuestion::Outcome { .. }, _) => {
+            "? answered: no"
+        }
     }
 }
 

@@ -649,19 +649,9 @@ impl Approver for TermApprover {
     }
 
     fn staged(&mut self, question: &StagedQuestion) -> bool {
-        // The child's report of the outcome is taken by the tool host, never asked.
-        if matches!(question, StagedQuestion::Outcome { .. }) {
-            return true;
-        }
+        let mut lines = crate::chat::staged_lines(question);
         let yes = match question {
-            StagedQuestion::ApplyOrDiscard { summary, can_apply } => {
-                let mut lines =
-                    vec!["? the staged command changed the project's view:".to_string()];
-                lines.extend(
-                    summary
-                        .lines()
-                        .map(|l| format!("?   {}", garuda_text::visible_lines(l))),
-                );
+            StagedQuestion::ApplyOrDiscard { can_apply, .. } => {
                 let choice = if *can_apply {
                     " garuda asks: apply or discard this change?  a = apply   d = discard "
                 } else {
@@ -675,38 +665,24 @@ impl Approver for TermApprover {
                     }
                 }
             }
-            StagedQuestion::Outcome { .. } => true,
-            StagedQuestion::Guard { text } => matches!(
+            StagedQuestion::Guard { .. } => matches!(
                 self.ask(
-                    vec![format!("? {}", garuda_text::visible(text))],
+                    lines,
                     " garuda asks: apply them too?  y = yes   n = no ".to_string(),
                 ),
                 Some('y')
             ),
+            // Taken by the tool host, never asked.
+            StagedQuestion::Outcome { .. } => return true,
         };
-        self.shared.screen().say(match (question, yes) {
-            (StagedQuestion::ApplyOrDiscard { .. }, true) => "? answered: apply",
-            (StagedQuestion::ApplyOrDiscard { .. }, false) => "? answered: discard",
-            (StagedQuestion::Guard { .. }, true) => "? answered: yes",
-            (StagedQuestion::Guard { .. }, false) => "? answered: no",
-            (StagedQuestion::Outcome { .. }, _) => "",
-        });
+        self.shared
+            .screen()
+            .say(crate::chat::staged_answered(question, yes));
         yes
     }
 
     fn answer(&mut self, question: &Approval) -> Approved {
-        let v = garuda_text::visible;
-        let mut lines = vec![format!(
-            "? {} {}: {}",
-            question.tool,
-            v(&question.target),
-            v(&question.reason)
-        )];
-        if let Some((before, after)) = &question.change {
-            for line in crate::chat::diff_lines(&question.target, before.as_deref(), after) {
-                lines.push(format!("?   {line}"));
-            }
-        }
+        let lines = crate::chat::approval_lines(question);
         // Fixed words only: the target (the model's) is on the question's line above, never
         // in the reverse-video row, where padding could make it read as another question.
         let choice = format!(
@@ -723,11 +699,7 @@ impl Approver for TermApprover {
             }
         };
         let mut screen = self.shared.screen();
-        screen.say(match answer {
-            Approved::Once => "? answered: yes, once",
-            Approved::ForSession => "? answered: always, for this session",
-            Approved::No => "? answered: no",
-        });
+        screen.say(crate::chat::approval_answered(answer));
         answer
     }
 }
