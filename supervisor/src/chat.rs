@@ -110,10 +110,16 @@ impl LineIo {
         }
     }
 
-    /// The next input line without its line ending (`None` at the end of the input).
+    /// The next input line without its line ending (`None` at the end of the input, or once
+    /// a signal came: a line typed after Ctrl-C answers nothing, the read being restarted
+    /// under it).
     fn read(&mut self) -> Option<String> {
         let mut line = String::new();
-        match self.input.read_line(&mut line) {
+        let read = self.input.read_line(&mut line);
+        if crate::sys::forwarded_signal().is_some() {
+            return None;
+        }
+        match read {
             Ok(0) | Err(_) => None,
             Ok(_) => {
                 while line.ends_with(['\n', '\r']) {
@@ -301,7 +307,11 @@ impl Front for LineFront {
         let mut notes = Vec::new();
         loop {
             let Some(line) = io.borrow_mut().read() else {
-                return Ok(0);
+                return Ok(if crate::sys::forwarded_signal().is_some() {
+                    130
+                } else {
+                    0
+                });
             };
             let message = line.trim();
             if message.is_empty() {

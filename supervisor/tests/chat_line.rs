@@ -470,3 +470,43 @@ fn regex_lite_fence(body: &str, intro: &str) -> Option<String> {
     let end = inner.find(&format!("\\n{fence}"))?;
     Some(inner[..end + 2].to_string())
 }
+
+/// Ctrl-C while a question waits for its line: the line typed after it answers nothing (the
+/// read restarted under the signal would otherwise take it as a yes) and the chat ends with
+/// 130. Control: `an_edit_refused_with_n_leaves_the_file_unchanged`, where the same `y`
+/// with no signal changes the file.
+#[test]
+fn a_line_typed_after_ctrl_c_answers_no_question() {
+    use std::io::{BufRead, BufReader};
+    let c = Chat::new(vec![edit("e1"), Scripted::text("ok")]);
+    let mut child = c
+        .command(&[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"fix the README\n").unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("? allow it?") {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "{seen}");
+        seen.push_str(&line);
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let _ = stdin.write_all(b"y\n");
+    drop(stdin);
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut out, &mut rest);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{seen}{rest}");
+    assert_eq!(c.readme(), "hello\nworld\n", "{seen}{rest}");
+    assert!(rest.contains("? answered: no"), "{seen}{rest}");
+}
