@@ -17,8 +17,18 @@ pub const DIR_MODE: u32 = 0o700;
 /// Mode of every audit file.
 pub const FILE_MODE: u32 = 0o600;
 
-/// The effective uid of this process, without `unsafe` (`geteuid` is an FFI call).
+/// The effective uid of this process, without `unsafe` (`geteuid` is an FFI call). Read once
+/// per process: Garuda never changes its uid, and every audit open asks (three times a run).
 pub(crate) fn current_uid() -> Result<u32, AuditError> {
+    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    if let Some(uid) = EUID.get() {
+        return Ok(*uid);
+    }
+    let uid = read_current_uid()?;
+    Ok(*EUID.get_or_init(|| uid))
+}
+
+fn read_current_uid() -> Result<u32, AuditError> {
     // Linux: the `Uid:` line of /proc/self/status (real, effective, saved, fs).
     if let Ok(status) = fs::read_to_string("/proc/self/status") {
         for line in status.lines() {

@@ -34,6 +34,13 @@ pub(crate) fn replaced_by_sandbox(path: &Path) -> bool {
 /// dangling link: nothing can be read through it). Any other failure is an error, never a
 /// silent omission.
 pub(crate) fn canonical_if_exists(path: &Path) -> Result<Option<PathBuf>, PolicyError> {
+    // Most of the paths asked about (the secrets of the default deny list) are absent: one
+    // `lstat` says so, where `realpath` reads every component as a link first.
+    match fs::symlink_metadata(path) {
+        Err(e) if is_absent(&e) => return Ok(None),
+        // Any other answer (even an error): resolved below, which reports what is wrong.
+        _ => {}
+    }
     match fs::canonicalize(path) {
         Ok(canonical) => Ok(Some(canonical)),
         Err(e) if is_absent(&e) => Ok(None),
