@@ -147,6 +147,7 @@ fn round_trips(project: &Path, home: &Path, requests: Vec<Request>) -> (Vec<Dura
                 staged: false,
                 staged_apply: false,
                 ask_staged: false,
+                ask_hosts: false,
                 in_process: None,
             },
             None,

@@ -26,12 +26,24 @@ use anyhow::Result;
 use garuda_ipc::{StopReason, UiEvent};
 
 use crate::broker::host::{Approval, Approved, Approver};
-use crate::run_agent::{Activity, Front, SessionFacts, Turns};
+use crate::run_agent::{Activity, ChatEnd, Front, SessionFacts, SessionSwitch, Turns};
 use crate::staged_ask::StagedQuestion;
 
 /// The slash commands, with what each does, for `/help`.
-pub const SLASH_COMMANDS: [(&str, &str); 7] = [
+pub const SLASH_COMMANDS: [(&str, &str); 10] = [
     ("/help", "this list"),
+    (
+        "/clear",
+        "start a new session with no history (this one can be resumed)",
+    ),
+    (
+        "/resume [ID]",
+        "this project's sessions; with an ID, continue that one",
+    ),
+    (
+        "/model [REF]",
+        "the model; with a provider/model reference, go on with that model in this session",
+    ),
     ("/audit", "this session's audit records so far"),
     (
         "/audit verify",
@@ -164,6 +176,8 @@ impl Approver for LineApprover {
             }
             // Taken by the tool host, never asked.
             StagedQuestion::Outcome { .. } => return true,
+            // Asked through `answer` by the tool host, never here.
+            StagedQuestion::Host { .. } => return false,
         };
         io.say(staged_answered(question, yes));
         yes
@@ -227,7 +241,7 @@ pub(crate) fn staged_lines(question: &StagedQuestion) -> Vec<String> {
                 .collect()
         }
         StagedQuestion::Guard { text } => vec![format!("? {}", garuda_text::visible(text))],
-        StagedQuestion::Outcome { .. } => Vec::new(),
+        StagedQuestion::Outcome { .. } | StagedQuestion::Host { .. } => Vec::new(),
     }
 }
 
@@ -237,9 +251,8 @@ pub(crate) fn staged_answered(question: &StagedQuestion, yes: bool) -> &'static 
         (StagedQuestion::ApplyOrDiscard { .. }, true) => "? answered: apply",
         (StagedQuestion::ApplyOrDiscard { .. }, false) => "? answered: discard",
         (StagedQuestion::Guard { .. }, true) => "? answered: yes",
-        (StagedQuestion::Guard { .. }, false) | (StagedQuestion::Outcome { .. }, _) => {
-            "? answered: no"
-        }
+        (StagedQuestion::Guard { .. }, false)
+        | (StagedQuestion::Outcome { .. } | StagedQuestion::Host { .. }, _) => "? answered: no",
     }
 }
 
@@ -297,7 +310,7 @@ impl Front for LineFront {
     }
 
     /// Runs the chat until `/exit`, the end of the input (exit 0) or a signal (130).
-    fn drive(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<i32> {
+    fn drive(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<ChatEnd> {
         let io = &self.io;
         let shown = Rc::clone(io);
         turns.set_activity(Activity::Lines(Box::new(move |line| {
@@ -307,11 +320,11 @@ impl Front for LineFront {
         let mut notes = Vec::new();
         loop {
             let Some(line) = io.borrow_mut().read() else {
-                return Ok(if crate::sys::forwarded_signal().is_some() {
+                return Ok(ChatEnd::Exit(if crate::sys::forwarded_signal().is_some() {
                     130
                 } else {
                     0
-                });
+                }));
             };
             let message = line.trim();
             if message.is_empty() {
@@ -319,13 +332,13 @@ impl Front for LineFront {
             }
             if let Some(command) = message.strip_prefix('/') {
                 let mut said = Vec::new();
-                let exit = slash(command, facts, turns, &mut |l| said.push(l));
+                let end = slash(command, facts, turns, &mut |l| said.push(l));
                 let mut io = io.borrow_mut();
                 for line in said {
                     io.say(&line);
                 }
-                if exit {
-                    return Ok(0);
+                if let Some(end) = end {
+                    return Ok(end);
                 }
                 continue;
             }
@@ -360,7 +373,7 @@ impl Front for LineFront {
             if crate::sys::forwarded_signal().is_some() {
                 // A signal stops the chat in line mode (there is no key to stop a turn only).
                 io.say("garuda: interrupted");
-                return Ok(130);
+                return Ok(ChatEnd::Exit(130));
             }
             if summary.reason != StopReason::Done {
                 io.say(&format!(
@@ -418,15 +431,76 @@ pub(crate) fn reason_name(reason: StopReason) -> String {
 }
 
 /// A slash command (`command` without its `/`): its lines to `say`, each the supervisor's and
-/// escaped; true when it ends the chat.
+/// escaped; `Some` when it ends this session (the chat, or for another session).
 pub(crate) fn slash(
     command: &str,
     facts: &SessionFacts<'_>,
     turns: &Turns<'_, '_, '_>,
     say: &mut dyn FnMut(String),
-) -> bool {
+) -> Option<ChatEnd> {
+    let v = garuda_text::visible;
     match command.split_whitespace().collect::<Vec<_>>().as_slice() {
-        ["exit" | "quit"] => return true,
+        ["exit" | "quit"] => return Some(ChatEnd::Exit(0)),
+        ["clear"] => {
+            say(format!(
+                "garuda: a new session; this one is kept (/resume {} goes back to it)",
+                facts.session_id
+            ));
+            return Some(ChatEnd::Switch(SessionSwitch {
+                model: None,
+                resume: None,
+            }));
+        }
+        ["resume"] => {
+            let project = facts.project.to_string_lossy().into_owned();
+            own_command(say, &["sessions", "--project", &project]);
+            say("garuda: /resume ID continues one of them".into());
+        }
+        ["resume", id] => {
+            if *id == facts.session_id {
+                say(format!("garuda: this is session {}", facts.session_id));
+                return None;
+            }
+            let known = crate::sessions::SessionStore::new(&facts.host.garuda_home, facts.project)
+                .and_then(|store| store.read(id));
+            match known {
+                Ok(_) => {
+                    say(format!("garuda: resuming session {}", v(id)));
+                    return Some(ChatEnd::Switch(SessionSwitch {
+                        model: None,
+                        resume: Some((*id).to_string()),
+                    }));
+                }
+                Err(e) => say(format!(
+                    "garuda: cannot resume {}: {}",
+                    v(id),
+                    v(&e.to_string())
+                )),
+            }
+        }
+        ["model"] => say(format!("garuda: model {}", v(facts.model))),
+        ["model", reference] => {
+            match crate::models::select(&facts.host.garuda_home, Some(reference), &facts.host.vars)
+            {
+                Ok(resolved) => {
+                    say(format!(
+                        "garuda: model {}, from the next message on (session {} goes on)",
+                        v(&resolved.reference()),
+                        facts.session_id
+                    ));
+                    return Some(ChatEnd::Switch(SessionSwitch {
+                        model: Some((*reference).to_string()),
+                        resume: Some(facts.session_id.to_string()),
+                    }));
+                }
+                Err(e) => say(format!(
+                    "garuda: no model {}: {}; still {}",
+                    v(reference),
+                    v(&e.to_string()),
+                    v(facts.model)
+                )),
+            }
+        }
         ["help"] => {
             for (name, what) in SLASH_COMMANDS {
                 say(format!("garuda: {name:<14} {what}"));
@@ -457,7 +531,7 @@ pub(crate) fn slash(
             garuda_text::visible(command)
         )),
     }
-    false
+    None
 }
 
 /// `garuda ARGS` (this executable, an argument vector, no shell), its output each line the

@@ -37,7 +37,7 @@ use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifier
 use garuda_ipc::{StopReason, UiEvent};
 
 use crate::broker::host::{Approval, Approved, Approver};
-use crate::run_agent::{Activity, Front, SessionFacts, Turns};
+use crate::run_agent::{Activity, ChatEnd, Front, SessionFacts, Turns};
 use crate::staged_ask::StagedQuestion;
 
 /// What the key thread hands the main thread.
@@ -352,12 +352,7 @@ impl TermFront {
     fn take_terminal(&self) -> Result<()> {
         crossterm::terminal::enable_raw_mode().context("putting the terminal in raw mode")?;
         self.shared.raw.store(true, Ordering::SeqCst);
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let _ = crossterm::terminal::disable_raw_mode();
-            let _ = std::io::stdout().write_all(b"\x1b[0m\x1b[?25h\r\n");
-            previous(info);
-        }));
+        // The rest once per chat (a `/clear` takes the terminal again for the next session).
         let Some(to_main) = self
             .to_main
             .lock()
@@ -366,6 +361,12 @@ impl TermFront {
         else {
             return Ok(());
         };
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let _ = crossterm::terminal::disable_raw_mode();
+            let _ = std::io::stdout().write_all(b"\x1b[0m\x1b[?25h\r\n");
+            previous(info);
+        }));
         let keys_shared = Arc::clone(&self.shared);
         std::thread::Builder::new()
             .name("garuda-keys".into())
@@ -573,7 +574,8 @@ fn complete(screen: &mut Screen) {
     }
     let names: Vec<&str> = crate::chat::SLASH_COMMANDS
         .iter()
-        .map(|(name, _)| *name)
+        // An optional argument's placeholder (`/resume [ID]`) is not part of the name.
+        .map(|(name, _)| name.split(" [").next().unwrap_or(name))
         .filter(|name| name.starts_with('/'))
         .collect();
     let matching: Vec<&str> = names
@@ -674,6 +676,8 @@ impl Approver for TermApprover {
             ),
             // Taken by the tool host, never asked.
             StagedQuestion::Outcome { .. } => return true,
+            // Asked through `answer` by the tool host, never here.
+            StagedQuestion::Host { .. } => return false,
         };
         self.shared
             .screen()
@@ -719,7 +723,7 @@ impl Front for TermFront {
         }))
     }
 
-    fn drive(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<i32> {
+    fn drive(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<ChatEnd> {
         self.take_terminal()?;
         let result = self.drive_raw(turns, facts);
         self.give_back();
@@ -728,7 +732,11 @@ impl Front for TermFront {
 }
 
 impl TermFront {
-    fn drive_raw(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<i32> {
+    fn drive_raw(
+        &self,
+        turns: &mut Turns<'_, '_, '_>,
+        facts: &SessionFacts<'_>,
+    ) -> Result<ChatEnd> {
         let shared = Arc::clone(&self.shared);
         turns.set_activity(Activity::Lines(Box::new(move |line| {
             shared.screen().say(&format!("· {line}"));
@@ -747,7 +755,7 @@ impl TermFront {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
             {
-                return Ok(code);
+                return Ok(ChatEnd::Exit(code));
             }
             let next = self
                 .from_keys
@@ -756,23 +764,23 @@ impl TermFront {
                 .recv_timeout(Duration::from_millis(500));
             let line = match next {
                 Ok(FromKeys::Line(line)) => line,
-                Ok(FromKeys::Exit(code)) => return Ok(code),
+                Ok(FromKeys::Exit(code)) => return Ok(ChatEnd::Exit(code)),
                 Ok(FromKeys::Answer(_)) | Err(RecvTimeoutError::Timeout) => {
                     if crate::sys::forwarded_signal().is_some() {
-                        return Ok(130);
+                        return Ok(ChatEnd::Exit(130));
                     }
                     continue;
                 }
-                Err(RecvTimeoutError::Disconnected) => return Ok(0),
+                Err(RecvTimeoutError::Disconnected) => return Ok(ChatEnd::Exit(0)),
             };
             let message = line.trim();
             if let Some(command) = message.strip_prefix('/') {
                 let mut said = Vec::new();
-                let exit = crate::chat::slash(command, facts, turns, &mut |l| said.push(l));
+                let end = crate::chat::slash(command, facts, turns, &mut |l| said.push(l));
                 let mut screen = self.shared.screen();
                 screen.print(&said);
-                if exit {
-                    return Ok(0);
+                if let Some(end) = end {
+                    return Ok(end);
                 }
                 continue;
             }
@@ -803,7 +811,7 @@ impl TermFront {
             let summary = self.run_turn(turns, &message)?;
             if crate::sys::forwarded_signal().is_some() {
                 self.shared.screen().say("garuda: interrupted");
-                return Ok(130);
+                return Ok(ChatEnd::Exit(130));
             }
             if summary.reason != StopReason::Done {
                 self.shared.screen().say(&format!(

@@ -178,13 +178,14 @@ enum Cmd {
         /// refuses a change that touches one (exit 122).
         #[arg(long = "apply-sensitive", requires = "apply")]
         apply_sensitive: bool,
-        /// With a staged command: ask "apply or discard?" over the Unix socket at PATH instead
-        /// of on the terminal (the chat runs its staged commands so; `staged_ask`).
+        /// Ask over the Unix socket at PATH instead of on the terminal (the chat runs its
+        /// commands so; `staged_ask`): a staged command's "apply or discard?", and, unless the
+        /// profile is strict or a managed policy fixes the hosts, a host the network allowlist
+        /// does not name (the proxy then runs even with an empty allowlist, and waits).
         #[arg(
             long = "ask-socket",
             value_name = "PATH",
             hide = true,
-            requires = "staged",
             conflicts_with_all = ["apply", "discard"]
         )]
         ask_socket: Option<PathBuf>,
@@ -1155,13 +1156,28 @@ struct NetworkSession {
 }
 
 impl NetworkSession {
-    /// Starts the proxy when the effective policy lists hosts; `None` otherwise (the command
-    /// then has no network at all). Hosts the list does not name are refused: `garuda sandbox`
-    /// does not ask (the chat will).
-    fn start(settings: &EffectiveSettings, kind: ExecutorKind) -> Result<Option<NetworkSession>> {
-        if settings.network_allow.is_empty() {
+    /// Starts the proxy when the effective policy lists hosts or a host may be asked about;
+    /// `None` otherwise (the command then has no network at all). A host the list does not
+    /// name is refused, or, with `ask` (the chat's socket), put to the person over it: never
+    /// under the strict profile or a managed `managedHostsOnly`, whose list is the whole answer.
+    fn start(
+        settings: &EffectiveSettings,
+        kind: ExecutorKind,
+        ask: Option<&Path>,
+    ) -> Result<Option<NetworkSession>> {
+        let ask = ask.filter(|_| crate::proxy::hosts_may_be_asked(settings));
+        if settings.network_allow.is_empty() && ask.is_none() {
             return Ok(None);
         }
+        let unknown_host = match ask {
+            Some(path) => {
+                let path = path.to_path_buf();
+                crate::proxy::UnknownHost::Ask(std::sync::Arc::new(move |host: &str, port| {
+                    crate::staged_ask::ask_host(&path, host, port)
+                }))
+            }
+            None => crate::proxy::UnknownHost::Deny,
+        };
         let allowlist = garuda_policy::network::Allowlist {
             entries: settings
                 .network_allow
@@ -1172,7 +1188,7 @@ impl NetworkSession {
         let proxy = crate::proxy::Proxy::new(crate::proxy::ProxyConfig {
             allowlist,
             resolver: crate::proxy::Resolver::System,
-            unknown_host: crate::proxy::UnknownHost::Deny,
+            unknown_host,
             limits: crate::proxy::ProxyLimits::default(),
         })
         .context("starting the network proxy")?;
@@ -1446,7 +1462,8 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
     };
     // Dropped when this function returns, after the command's output: prints what the proxy
     // refused.
-    let mut network = NetworkSession::start(&settings, selection.executor.kind())?;
+    let mut network =
+        NetworkSession::start(&settings, selection.executor.kind(), ask_socket.as_deref())?;
     if let Some(n) = &network {
         policy.network = n.mode.clone();
         if verbose {

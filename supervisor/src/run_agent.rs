@@ -115,6 +115,27 @@ pub struct SessionFacts<'a> {
     pub project: &'a Path,
     /// The session's token budget (`--token-budget`).
     pub token_budget: u64,
+    /// The environment the session was started in (a `/model` is checked against it).
+    pub host: &'a HostEnv,
+}
+
+/// How a session of the chat ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChatEnd {
+    /// The chat is over, with this exit code.
+    Exit(i32),
+    /// The chat goes on in another session (`/clear`, `/resume ID`, `/model REF`): this one is
+    /// taken down (its agent, its audit session) and the next one set up as `garuda` would.
+    Switch(SessionSwitch),
+}
+
+/// The next session of the chat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSwitch {
+    /// The model (`None`: the same).
+    pub model: Option<String>,
+    /// The session to continue (`None`: a new one, with no history).
+    pub resume: Option<String>,
 }
 
 /// A front end that runs many turns on one session (the chat): it answers the questions and
@@ -122,8 +143,8 @@ pub struct SessionFacts<'a> {
 pub trait Front {
     /// Who answers the session's questions.
     fn approver(&self) -> Box<dyn Approver>;
-    /// Runs the turns; the exit code.
-    fn drive(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<i32>;
+    /// Runs the turns; how the session ends.
+    fn drive(&self, turns: &mut Turns<'_, '_, '_>, facts: &SessionFacts<'_>) -> Result<ChatEnd>;
     /// Where the agent's stderr lines go instead of this process's stderr (a terminal in raw
     /// mode needs them drawn as its own lines).
     fn agent_stderr(&self) -> Option<Box<dyn Write + Send>> {
@@ -328,12 +349,28 @@ fn reason_name(reason: StopReason) -> String {
     json!(reason).as_str().unwrap_or("unknown").to_string()
 }
 
-/// Runs `-p`, or with `front` the chat; the exit code.
+/// Runs `-p`, or with `front` the chat (one session after another, as its `/clear`,
+/// `/resume` and `/model` ask); the exit code.
 pub fn run(mut args: RunArgs, front: Option<&dyn Front>) -> Result<i32> {
+    loop {
+        match run_session(&mut args, front)? {
+            ChatEnd::Exit(code) => return Ok(code),
+            ChatEnd::Switch(switch) => {
+                if let Some(model) = switch.model {
+                    args.model = Some(model);
+                }
+                args.resume = switch.resume.map(Some);
+            }
+        }
+    }
+}
+
+/// One session: `-p`'s, or one of the chat's.
+fn run_session(args: &mut RunArgs, front: Option<&dyn Front>) -> Result<ChatEnd> {
     let host = HostEnv::from_process().context("reading the environment")?;
     let replay = match args.replay.clone() {
         None => None,
-        Some(arg) => Some(prepare_replay(&arg, &host, &mut args)?),
+        Some(arg) => Some(prepare_replay(&arg, &host, args)?),
     };
     let prompt = match (&replay, &args.prompt) {
         _ if front.is_some() => String::from("(the chat)"),
@@ -439,7 +476,7 @@ pub fn run(mut args: RunArgs, front: Option<&dyn Front>) -> Result<i32> {
     let format = args.format;
     let reference = resolved.reference();
     let parts = SessionParts {
-        args: &args,
+        args,
         agent_stderr: front.and_then(|f| f.agent_stderr()),
         asks: front.is_some(),
         host: &host,
@@ -460,6 +497,7 @@ pub fn run(mut args: RunArgs, front: Option<&dyn Front>) -> Result<i32> {
             session_id: &session_id,
             project: &project,
             token_budget: args.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET),
+            host: &host,
         };
         session(parts, &mut *front.approver(), step, |turns| {
             front.drive(turns, &facts)
@@ -492,17 +530,22 @@ pub fn run(mut args: RunArgs, front: Option<&dyn Front>) -> Result<i32> {
                 }
             );
         }
-        exit_code(reason)
+        ChatEnd::Exit(exit_code(reason))
     })
     };
     let code = match &result {
-        Ok(code) => *code,
+        Ok(ChatEnd::Exit(code)) => *code,
+        // The chat goes on in another session: this one ended well.
+        Ok(ChatEnd::Switch(_)) => 0,
         Err(_) => 1,
     };
     recorder.close(json!({ "exit_code": code, "journal": session_id }))?;
-    let code = result?;
+    let end = result?;
+    let ChatEnd::Exit(code) = end else {
+        return Ok(end);
+    };
     let Some((recorded, copy)) = replay else {
-        return Ok(code);
+        return Ok(ChatEnd::Exit(code));
     };
     drop(server);
     let lines = store.read(&session_id).map_err(|e| anyhow!(e))?;
@@ -516,12 +559,12 @@ pub fn run(mut args: RunArgs, front: Option<&dyn Front>) -> Result<i32> {
     }
     if differences.is_empty() {
         println!("matches");
-        Ok(code)
+        Ok(ChatEnd::Exit(code))
     } else {
         for d in &differences {
             println!("{d}");
         }
-        Ok(if code == 0 { 1 } else { code })
+        Ok(ChatEnd::Exit(if code == 0 { 1 } else { code }))
     }
 }
 
@@ -830,6 +873,7 @@ fn session<T>(
         staged: settings.command_mode == garuda_policy::CommandMode::Staged,
         staged_apply: args.staged_unattended == StagedUnattended::Apply,
         ask_staged: asks,
+        ask_hosts: asks && crate::proxy::hosts_may_be_asked(settings),
         in_process,
     };
     let mut tools = SessionTools::new(

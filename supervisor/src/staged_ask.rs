@@ -1,13 +1,17 @@
-//! A staged command's questions asked by the process that started it: the chat runs each
-//! staged command as a child `garuda sandbox --staged --ask-socket PATH`, and that child asks
-//! "apply or discard?" (and a guarded change's question of its own) over the socket instead
-//! of on a terminal, so that the chat's supervisor draws the question and the person answers
-//! it there. The agent never sees the socket: it lives in a private folder of the supervisor
-//! (mode 0700, outside every sandbox's view), and the command's stdin is empty.
+//! Questions a child `garuda sandbox` asks the process that started it. The chat runs each
+//! command as a child `garuda sandbox --ask-socket PATH`, and that child asks over the socket
+//! instead of on a terminal, so that the chat's supervisor draws the question and the person
+//! answers it there: a staged command's "apply or discard?" (and a guarded change's question
+//! of its own), and the proxy's "may the command reach this host that the allowlist does not
+//! name?" (the proxy waits for the answer). The agent never sees the socket: it lives in a
+//! private folder of the supervisor (mode 0700, outside every sandbox's view), and the
+//! command's stdin is empty.
 //!
 //! One JSON line per question from the child, one line per answer from the parent: `yes` or
-//! `no` (for "apply or discard?", yes is apply). Anything else, a closed socket or an error is
-//! a no: the change is discarded and the project does not change.
+//! `no` (for "apply or discard?", yes is apply); for a host also `session` (allowed for the
+//! rest of the chat's session, which the parent remembers). Anything else, a closed socket or
+//! an error is a no: the change is discarded and the project does not change, the host is
+//! refused.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -36,6 +40,15 @@ pub enum StagedQuestion {
         /// The question.
         text: String,
     },
+    /// The proxy's question: the command asks to reach `host` on `port`, which the network
+    /// allowlist does not name. `host` is the proxy's canonical form (lower case, A-labels);
+    /// an address is never asked about.
+    Host {
+        /// The host name.
+        host: String,
+        /// The port.
+        port: u16,
+    },
     /// Not a question: what became of the change, in the audit log's words (`applied`,
     /// `discarded`, `discarded (apply refused)`, `no change`…), sent last. The parent tells
     /// the model this rather than guess it from the exit code (after an apply that is the
@@ -49,21 +62,35 @@ pub enum StagedQuestion {
 /// The child's side: asks `question` over the socket at `path`; true for a yes. Every failure
 /// is a no.
 pub fn ask(path: &Path, question: &StagedQuestion) -> bool {
-    let Ok(mut stream) = UnixStream::connect(path) else {
-        return false;
+    reply(path, question).as_deref() == Some("yes")
+}
+
+/// The child's side of a [`StagedQuestion::Host`] question: the proxy's answer. Every failure
+/// is a refusal.
+pub fn ask_host(path: &Path, host: &str, port: u16) -> crate::proxy::AskAnswer {
+    let question = StagedQuestion::Host {
+        host: host.to_owned(),
+        port,
     };
-    let Ok(mut line) = serde_json::to_string(question) else {
-        return false;
-    };
+    match reply(path, &question).as_deref() {
+        Some("yes") => crate::proxy::AskAnswer::AllowOnce,
+        Some("session") => crate::proxy::AskAnswer::AllowSession,
+        _ => crate::proxy::AskAnswer::Deny,
+    }
+}
+
+/// Sends `question` and reads the answer line, trimmed; `None` on any failure.
+fn reply(path: &Path, question: &StagedQuestion) -> Option<String> {
+    let mut stream = UnixStream::connect(path).ok()?;
+    let mut line = serde_json::to_string(question).ok()?;
     line.push('\n');
-    if stream.write_all(line.as_bytes()).is_err() {
-        return false;
-    }
+    stream.write_all(line.as_bytes()).ok()?;
     let mut answer = String::new();
-    match BufReader::new(stream).take(16).read_line(&mut answer) {
-        Ok(_) => answer.trim() == "yes",
-        Err(_) => false,
-    }
+    BufReader::new(stream)
+        .take(16)
+        .read_line(&mut answer)
+        .ok()?;
+    Some(answer.trim().to_owned())
 }
 
 /// The parent's side: reads one question from a child's connection (`None`: malformed, too
@@ -78,8 +105,24 @@ pub fn read_question(stream: &UnixStream) -> Option<StagedQuestion> {
 }
 
 /// The parent's side: the answer to the question read from `stream`.
-pub fn answer(mut stream: &UnixStream, yes: bool) {
-    let _ = stream.write_all(if yes { b"yes\n" } else { b"no\n" });
+pub fn answer(stream: &UnixStream, yes: bool) {
+    answer_word(stream, if yes { "yes" } else { "no" });
+}
+
+/// The parent's side: the answer to a [`StagedQuestion::Host`] question.
+pub fn answer_host(stream: &UnixStream, answer: crate::proxy::AskAnswer) {
+    answer_word(
+        stream,
+        match answer {
+            crate::proxy::AskAnswer::AllowOnce => "yes",
+            crate::proxy::AskAnswer::AllowSession => "session",
+            crate::proxy::AskAnswer::Deny => "no",
+        },
+    );
+}
+
+fn answer_word(mut stream: &UnixStream, word: &str) {
+    let _ = stream.write_all(format!("{word}\n").as_bytes());
 }
 
 #[cfg(test)]
@@ -118,5 +161,54 @@ mod tests {
         // Nobody listening: a no.
         drop(listener);
         assert!(!ask(&path, &question));
+    }
+
+    /// A host question: `yes` is once, `session` is for the session, anything else (a
+    /// staged question's answers included, or silence) refuses; nobody listening refuses.
+    #[test]
+    fn a_host_is_allowed_only_by_yes_or_session() {
+        use crate::proxy::AskAnswer;
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("ask.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        for (reply, want) in [
+            (Some(&b"yes\n"[..]), AskAnswer::AllowOnce),
+            (Some(&b"session\n"[..]), AskAnswer::AllowSession),
+            (Some(&b"no\n"[..]), AskAnswer::Deny),
+            (Some(&b"always\n"[..]), AskAnswer::Deny),
+            (None, AskAnswer::Deny),
+        ] {
+            let p = path.clone();
+            let child = std::thread::spawn(move || ask_host(&p, "example.com", 443));
+            let (stream, _) = listener.accept().unwrap();
+            assert_eq!(
+                read_question(&stream),
+                Some(StagedQuestion::Host {
+                    host: "example.com".into(),
+                    port: 443
+                })
+            );
+            if let Some(reply) = reply {
+                (&stream).write_all(reply).unwrap();
+            }
+            drop(stream);
+            assert_eq!(child.join().unwrap(), want, "{reply:?}");
+        }
+        // The parent's words for each answer are the ones the child reads back.
+        for answer in [
+            AskAnswer::AllowOnce,
+            AskAnswer::AllowSession,
+            AskAnswer::Deny,
+        ] {
+            let p = path.clone();
+            let child = std::thread::spawn(move || ask_host(&p, "example.com", 80));
+            let (stream, _) = listener.accept().unwrap();
+            read_question(&stream).unwrap();
+            answer_host(&stream, answer);
+            drop(stream);
+            assert_eq!(child.join().unwrap(), answer);
+        }
+        drop(listener);
+        assert_eq!(ask_host(&path, "example.com", 443), AskAnswer::Deny);
     }
 }

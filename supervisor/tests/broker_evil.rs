@@ -140,6 +140,7 @@ fn converse(world: &World, user: &str, yes: bool, requests: Vec<Request>) -> Run
             staged: false,
             staged_apply: false,
             ask_staged: false,
+            ask_hosts: false,
             in_process: None,
         };
         let mut tools = SessionTools::new(

@@ -14,6 +14,9 @@
 //!   first column (where only the supervisor writes); control: the scripted text holds each.
 //! - `/help`, an unknown slash command (named, nothing sent), the end of the input ends the
 //!   chat with 0.
+//! - a host the network allowlist does not name is asked about while the command waits:
+//!   `n` refuses it, `y` lets it past the question, `a` also lets the next command's request
+//!   through without a question; control: `-p`, with no one to ask, refuses it unasked.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
 
@@ -509,4 +512,243 @@ fn a_line_typed_after_ctrl_c_answers_no_question() {
     assert_eq!(status.code(), Some(130), "{seen}{rest}");
     assert_eq!(c.readme(), "hello\nworld\n", "{seen}{rest}");
     assert!(rest.contains("? answered: no"), "{seen}{rest}");
+}
+
+/// A bash call that asks the sandbox's proxy for `http://localhost:9/` and prints the proxy's
+/// refusal header (lower case), if any (`--noproxy ''`: the sandbox's `NO_PROXY` names
+/// localhost, which would skip the proxy).
+fn fetch_localhost(id: &str) -> Scripted {
+    Scripted::reply(vec![Part::ToolUse {
+        id: id.into(),
+        name: "bash".into(),
+        input: json!({
+            "command": "curl -s -i --noproxy '' -x \"$HTTP_PROXY\" http://localhost:9/ | tr -d '\\r' | tr A-Z a-z | grep '^x-garuda-refused' || echo no-refusal-header"
+        }),
+    }])
+}
+
+/// The text of every tool result the model was sent, once each, in the order of their calls.
+fn tool_results(c: &Chat) -> Vec<String> {
+    let mut results: Vec<(String, String)> = Vec::new();
+    for r in c.server.requests() {
+        for m in r.body["messages"].as_array().into_iter().flatten() {
+            for part in m["content"].as_array().into_iter().flatten() {
+                let id = part["tool_use_id"].to_string();
+                if part["type"] == "tool_result" && !results.iter().any(|(i, _)| *i == id) {
+                    results.push((id, part["content"].to_string()));
+                }
+            }
+        }
+    }
+    results.into_iter().map(|(_, text)| text).collect()
+}
+
+/// A host the allowlist does not name is put to the person while the command waits for the
+/// answer, as the supervisor's question: `n` refuses it (`denied-by-user`); `y` lets it past
+/// the question (the proxy then refuses `localhost` for what it resolves to, its own check:
+/// `resolves-to-unlisted-address`); `a` does too, and the next command's request for the same
+/// host and port goes through without a question. Each answer is in the tool call's audit
+/// record. Control: `-p` has no one to ask: the same request is refused at once,
+/// `not-in-allowlist`, and nothing is asked.
+#[test]
+fn an_unlisted_host_is_asked_about_while_the_command_waits() {
+    for (answer, refusal, recorded) in [
+        ("n", "x-garuda-refused: denied-by-user", "denied"),
+        (
+            "y",
+            "x-garuda-refused: resolves-to-unlisted-address",
+            "allowed once",
+        ),
+    ] {
+        let c = Chat::new(vec![fetch_localhost("h1"), Scripted::text("done")]);
+        let out = c.chat(&format!("fetch it\n{answer}\n"));
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}\n{}",
+            text(&out.stderr)
+        );
+        assert!(
+            stdout.contains("? network access localhost:9: the network allowlist does not name it; the command waits for the answer\n"),
+            "{stdout}"
+        );
+        assert_eq!(questions(&stdout), 1, "{stdout}");
+        let results = tool_results(&c);
+        assert_eq!(results.len(), 1, "{results:?}");
+        assert!(results[0].contains(refusal), "answer {answer}: {results:?}");
+        let calls = c.tool_calls();
+        let asked: Vec<&Value> = calls
+            .iter()
+            .filter_map(|e| e["hosts_asked"].as_array())
+            .flatten()
+            .collect();
+        assert_eq!(
+            asked,
+            vec![&json!({"host": "localhost", "port": 9, "answer": recorded})],
+            "{calls:?}"
+        );
+    }
+
+    // Always, for this session: the second command is not asked.
+    let c = Chat::new(vec![
+        fetch_localhost("h1"),
+        fetch_localhost("h2"),
+        Scripted::text("done"),
+    ]);
+    let out = c.chat("fetch it twice\na\n");
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert_eq!(questions(&stdout), 1, "{stdout}");
+    let results = tool_results(&c);
+    assert_eq!(results.len(), 2, "{results:?}");
+    for r in &results {
+        assert!(
+            r.contains("x-garuda-refused: resolves-to-unlisted-address"),
+            "{results:?}"
+        );
+    }
+    let answers: Vec<Value> = c
+        .tool_calls()
+        .iter()
+        .filter_map(|e| e["hosts_asked"].as_array())
+        .flatten()
+        .map(|h| h["answer"].clone())
+        .collect();
+    assert_eq!(
+        answers,
+        vec![
+            json!("allowed for this session"),
+            json!("allowed earlier for this session")
+        ]
+    );
+
+    // Control: -p asks no one. (With an allowlist, so that the proxy runs: with none, -p's
+    // command has no network at all.)
+    let c = Chat::new(vec![fetch_localhost("h1"), Scripted::text("done")]);
+    std::fs::write(
+        c.w.home.join(".garuda/policy.json"),
+        r#"{"network": {"allow": ["example.com"]}}"#,
+    )
+    .unwrap();
+    let out = c.chat_with(&["-p", "fetch it"], "y\n");
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(!stdout.contains("network access"), "{stdout}");
+    let results = tool_results(&c);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(
+        results[0].contains("x-garuda-refused: not-in-allowlist"),
+        "{results:?}"
+    );
+}
+
+/// The session id of each `garuda chat:` header line in `stdout`, in order.
+fn session_ids(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("garuda chat: "))
+        .filter_map(|l| l.split(", session ").nth(1))
+        .filter_map(|rest| rest.split(';').next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The text of every message of a model request, joined.
+fn request_text(body: &Value) -> String {
+    body["messages"].to_string()
+}
+
+/// `/clear` starts a new session: the next message reaches the model without the earlier
+/// ones, under a new session id. `/resume ID` goes back to a session: the next message carries
+/// that session's history (the control of `/clear`: the same history is there when it is
+/// asked for). `/model REF` goes on in the same session with another model: the next request
+/// names it and still carries the history; a model that does not resolve is refused and
+/// nothing changes; `/resume` of an unknown id is refused.
+#[test]
+fn clear_resume_and_model_switch_sessions() {
+    let c = Chat::new(vec![
+        Scripted::text("one"),
+        Scripted::text("two"),
+        Scripted::text("three"),
+        Scripted::text("four"),
+    ]);
+    let out = c.chat("first words\n/clear\nsecond words\n");
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let ids = session_ids(&stdout);
+    assert_eq!(ids.len(), 2, "{stdout}");
+    assert_ne!(ids[0], ids[1]);
+    assert!(
+        stdout.contains(&format!(
+            "garuda: a new session; this one is kept (/resume {} goes back to it)\n",
+            ids[0]
+        )),
+        "{stdout}"
+    );
+    let requests = c.server.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(request_text(&requests[0].body).contains("first words"));
+    let second = request_text(&requests[1].body);
+    assert!(second.contains("second words"), "{second}");
+    assert!(!second.contains("first words"), "{second}");
+
+    let input = format!(
+        "/resume no-such-session\n/resume {}\nthird words\n/model nosuchprovider/x\n/model anthropic/claude-test-other\nfourth words\n",
+        ids[0]
+    );
+    let out = c.chat(&input);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("garuda: cannot resume no-such-session: "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("garuda: no model nosuchprovider/x: "),
+        "{stdout}"
+    );
+    let ids2 = session_ids(&stdout);
+    // A new session at the start, then the resumed one, then the same one with the new model.
+    assert_eq!(ids2.len(), 3, "{stdout}");
+    assert_eq!(ids2[1], ids[0]);
+    assert_eq!(ids2[2], ids[0]);
+    let requests = c.server.requests();
+    assert_eq!(requests.len(), 4);
+    let third = request_text(&requests[2].body);
+    assert!(
+        third.contains("first words") && third.contains("third words"),
+        "{third}"
+    );
+    assert!(!third.contains("second words"), "{third}");
+    let fourth = &requests[3].body;
+    assert_eq!(fourth["model"], "claude-test-other", "{fourth}");
+    let fourth = request_text(fourth);
+    assert!(
+        fourth.contains("first words")
+            && fourth.contains("third words")
+            && fourth.contains("fourth words"),
+        "{fourth}"
+    );
+    assert_ne!(requests[2].body["model"], "claude-test-other");
 }

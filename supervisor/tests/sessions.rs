@@ -348,6 +348,7 @@ fn the_broker_journals_records_redacted() {
             staged: false,
             staged_apply: false,
             ask_staged: false,
+            ask_hosts: false,
             in_process: None,
         },
         Some(journal),

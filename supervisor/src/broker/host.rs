@@ -106,6 +106,11 @@ pub struct CommandRunner {
     /// A person answers: each staged command's "apply or discard?" is asked through the
     /// approver ([`Approver::staged`]) instead of `staged_apply`.
     pub ask_staged: bool,
+    /// A person answers, and the policy lets hosts be asked about
+    /// ([`crate::proxy::hosts_may_be_asked`]): a host the allowlist does not name is put to the
+    /// approver while the command waits, and every command runs as a child `garuda sandbox`
+    /// with its proxy.
+    pub ask_hosts: bool,
     /// Run direct-mode sandboxed commands in this process (`None`: every command is a child
     /// `garuda sandbox`).
     pub in_process: Option<std::sync::Arc<InProcess>>,
@@ -115,8 +120,9 @@ pub struct CommandRunner {
 /// process start and audit session: the executor chosen once for the session, the policy built
 /// for each command from the session's settings (the project walk's cache keeps that cheap, and
 /// a `.env` made since the last command is still found). Used for direct-mode commands in the
-/// sandbox with no network allowlist; staged commands, commands outside the sandbox and
-/// commands with a proxy still go through a child `garuda sandbox`.
+/// sandbox with no network allowlist and no person to ask about hosts (`-p`); staged commands,
+/// commands outside the sandbox, commands with a proxy and every command of the chat (whose
+/// proxy asks) still go through a child `garuda sandbox`.
 pub struct InProcess {
     /// The session's executor (never `host`: the caller checks).
     pub executor: Box<dyn crate::executor::Executor>,
@@ -143,6 +149,9 @@ pub struct SessionTools<'a> {
     approver: &'a mut dyn Approver,
     runner: CommandRunner,
     journal: Option<File>,
+    /// Hosts and ports the person allowed "for this session": answered without a question in
+    /// every later command's proxy.
+    session_hosts: std::collections::BTreeSet<(String, u16)>,
 }
 
 impl<'a> SessionTools<'a> {
@@ -166,6 +175,7 @@ impl<'a> SessionTools<'a> {
             approver,
             runner,
             journal,
+            session_hosts: std::collections::BTreeSet::new(),
         }
     }
 
@@ -323,17 +333,24 @@ impl<'a> SessionTools<'a> {
             );
         }
         let in_process = self.runner.in_process.as_ref().filter(|ip| {
-            !outside_sandbox && !self.runner.staged && ip.settings.network_allow.is_empty()
+            !outside_sandbox
+                && !self.runner.staged
+                && !self.runner.ask_hosts
+                && ip.settings.network_allow.is_empty()
         });
+        let mut hosts_asked = Vec::new();
         let done = match in_process {
             Some(ip) => run_in_process(ip, &self.runner.project, line, timeout_secs),
-            None => self.spawn_sandbox(line, timeout_secs, outside_sandbox),
+            None => self.spawn_sandbox(line, timeout_secs, outside_sandbox, &mut hosts_asked),
         };
         let answer = match done {
             Ok(done) => {
                 if let Some(map) = event.as_object_mut() {
                     map.insert("exit_code".into(), json!(done.exit_code));
                     map.insert("signal".into(), json!(done.signal));
+                    if !hosts_asked.is_empty() {
+                        map.insert("hosts_asked".into(), Value::Array(hosts_asked));
+                    }
                 }
                 Answer::CommandDone(done)
             }
@@ -350,6 +367,7 @@ impl<'a> SessionTools<'a> {
         line: &str,
         timeout_secs: Option<u64>,
         outside_sandbox: bool,
+        hosts_asked: &mut Vec<Value>,
     ) -> std::io::Result<CommandDone> {
         let mut cmd = Command::new(&self.runner.exe);
         cmd.arg("sandbox").arg("--capture").arg("--project");
@@ -368,7 +386,7 @@ impl<'a> SessionTools<'a> {
         let staged = self.runner.staged && !outside_sandbox;
         // The chat asks the person through its approver, over a socket in a private folder
         // of this process; -p has no one to ask: the session's setting decides.
-        let asking = if staged && self.runner.ask_staged {
+        let asking = if (staged && self.runner.ask_staged) || self.runner.ask_hosts {
             let dir = crate::proxy::socket_dir::private_dir()?;
             let path = dir.join("ask.sock");
             let listener = std::os::unix::net::UnixListener::bind(&path)?;
@@ -377,19 +395,17 @@ impl<'a> SessionTools<'a> {
         } else {
             None
         };
+        if let Some((_, path, _)) = &asking {
+            cmd.arg("--ask-socket").arg(path);
+        }
         if staged {
             cmd.arg("--staged");
-            match &asking {
-                Some((_, path, _)) => {
-                    cmd.arg("--ask-socket").arg(path);
-                }
-                None => {
-                    cmd.arg(if self.runner.staged_apply {
-                        "--apply"
-                    } else {
-                        "--discard"
-                    });
-                }
+            if !(asking.is_some() && self.runner.ask_staged) {
+                cmd.arg(if self.runner.staged_apply {
+                    "--apply"
+                } else {
+                    "--discard"
+                });
             }
         }
         cmd.args(["--", "/bin/sh", "-c", line]);
@@ -422,8 +438,13 @@ impl<'a> SessionTools<'a> {
         let status = match &asking {
             None => child.wait(),
             Some((dir, _, listener)) => {
-                let status =
-                    self.relay_staged_questions(&mut child, listener, &mut applying, &mut reported);
+                let status = self.relay_questions(
+                    &mut child,
+                    listener,
+                    &mut applying,
+                    &mut reported,
+                    hosts_asked,
+                );
                 let _ = std::fs::remove_dir_all(dir);
                 status
             }
@@ -458,14 +479,16 @@ impl<'a> SessionTools<'a> {
         })
     }
 
-    /// Until `child` ends: each connection to `listener` is one staged question, put to the
-    /// approver and answered. `applying` ends as the last "apply or discard?" answer.
-    fn relay_staged_questions(
+    /// Until `child` ends: each connection to `listener` is one question, put to the approver
+    /// and answered. `applying` ends as the last "apply or discard?" answer; each host asked
+    /// about is added to `hosts_asked` (for the tool call's audit record) with its answer.
+    fn relay_questions(
         &mut self,
         child: &mut std::process::Child,
         listener: &std::os::unix::net::UnixListener,
         applying: &mut bool,
         reported: &mut Option<String>,
+        hosts_asked: &mut Vec<Value>,
     ) -> std::io::Result<std::process::ExitStatus> {
         *applying = false;
         loop {
@@ -486,6 +509,16 @@ impl<'a> SessionTools<'a> {
                     if let crate::staged_ask::StagedQuestion::Outcome { what } = &question {
                         *reported = Some(what.clone());
                         crate::staged_ask::answer(&stream, true);
+                        continue;
+                    }
+                    if let crate::staged_ask::StagedQuestion::Host { host, port } = question {
+                        let answer = self.host_question(host, port, hosts_asked);
+                        crate::staged_ask::answer_host(&stream, answer);
+                        continue;
+                    }
+                    if !(self.runner.ask_staged && self.runner.staged) {
+                        // Only a staged session's child asks about a change.
+                        crate::staged_ask::answer(&stream, false);
                         continue;
                     }
                     let yes = self.approver.staged(&question);
@@ -510,6 +543,45 @@ impl<'a> SessionTools<'a> {
                 }
             }
         }
+    }
+
+    /// A host the command's allowlist does not name: allowed without a question when the
+    /// person allowed it for the session, refused when hosts may not be asked, else asked.
+    fn host_question(
+        &mut self,
+        host: String,
+        port: u16,
+        hosts_asked: &mut Vec<Value>,
+    ) -> crate::proxy::AskAnswer {
+        use crate::proxy::AskAnswer;
+        let key = (host, port);
+        let (answer, how) = if !self.runner.ask_hosts {
+            (AskAnswer::Deny, "not asked")
+        } else if self.session_hosts.contains(&key) {
+            (AskAnswer::AllowSession, "allowed earlier for this session")
+        } else {
+            let asked = self.approver.answer(&Approval {
+                tool: "network access",
+                target: format!("{}:{}", key.0, key.1),
+                reason: "the network allowlist does not name it; the command waits for the answer"
+                    .into(),
+                change: None,
+            });
+            match asked {
+                Approved::Once => (AskAnswer::AllowOnce, "allowed once"),
+                Approved::ForSession => (AskAnswer::AllowSession, "allowed for this session"),
+                Approved::No => (AskAnswer::Deny, "denied"),
+            }
+        };
+        if answer == AskAnswer::AllowSession {
+            self.session_hosts.insert(key.clone());
+        }
+        hosts_asked.push(json!({
+            "host": garuda_text::visible(&key.0),
+            "port": key.1,
+            "answer": how,
+        }));
+        answer
     }
 
     fn journal_append(&mut self, record: &str) -> Answer {

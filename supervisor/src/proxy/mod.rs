@@ -117,6 +117,13 @@ where
     }
 }
 
+/// Whether a host the allowlist does not name may be put to a person at all (where there is
+/// one): not under the strict profile, nor when a managed policy says its hosts are the only
+/// ones (`managedHostsOnly`).
+pub fn hosts_may_be_asked(settings: &garuda_policy::EffectiveSettings) -> bool {
+    !settings.is_strict() && settings.managed_hosts_only.is_none()
+}
+
 /// What to do with a host the allowlist does not name.
 #[derive(Clone, Default)]
 pub enum UnknownHost {
@@ -448,5 +455,27 @@ mod tests {
         assert_eq!(ask.ask("ok.test", 443), AskAnswer::AllowOnce);
         assert_eq!(ask.ask("ok.test", 80), AskAnswer::Deny);
         assert_eq!(format!("{:?}", UnknownHost::Ask(ask)), "Ask(..)");
+    }
+
+    /// Hosts may be asked about by default; the strict profile and a managed
+    /// `managedHostsOnly` each forbid it (each the default's control).
+    #[test]
+    fn strict_and_managed_hosts_only_never_ask() {
+        use garuda_policy::{EffectiveSettings, Origin, Profile, SourceKind};
+        let open = EffectiveSettings::default();
+        assert!(hosts_may_be_asked(&open));
+        let strict = EffectiveSettings {
+            profile: Profile::Strict,
+            ..EffectiveSettings::default()
+        };
+        assert!(!hosts_may_be_asked(&strict));
+        let managed = EffectiveSettings {
+            managed_hosts_only: Some(Origin::file(
+                SourceKind::Managed,
+                "/etc/garuda/managed-policy.json",
+            )),
+            ..EffectiveSettings::default()
+        };
+        assert!(!hosts_may_be_asked(&managed));
     }
 }
