@@ -100,6 +100,7 @@ mod gitconfig;
 mod gitexec;
 mod host;
 mod locate;
+pub mod model;
 pub mod network;
 mod paths;
 mod protect;

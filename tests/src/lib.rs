@@ -2,6 +2,8 @@
 //! `src/bin/probe.rs` (the probe program the contract suite runs inside each sandbox).
 #![forbid(unsafe_code)]
 
+pub mod diff;
+
 use std::os::unix::fs::FileExt;
 
 /// What [`scan_memory`] found.

@@ -125,6 +125,35 @@ fn read_file(path: &CString) -> String {
     line
 }
 
+/// Reads the whole file (at most 1 MiB): `ok:<FNV-1a 64 of the bytes, hex>`, so that the
+/// differential fuzzer can tell a secret's content from an empty file put in its place.
+fn read_all(path: &CString) -> String {
+    let fd = open(path, libc::O_RDONLY);
+    if fd < 0 {
+        return outcome(fd);
+    }
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut buf = [0u8; 4096];
+    let mut total = 0usize;
+    let line = loop {
+        // SAFETY: `buf` is a valid buffer of its length; `fd` is open.
+        let n = unsafe { libc::read(fd as libc::c_int, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            break outcome(-1);
+        }
+        if n == 0 || total >= 1 << 20 {
+            break format!("ok:{hash:016x}");
+        }
+        let n = n as usize;
+        total += n;
+        for b in &buf[..n] {
+            hash = (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    close(fd);
+    line
+}
+
 fn write_fd(fd: libc::c_long) -> String {
     if fd < 0 {
         return outcome(fd);
@@ -661,6 +690,8 @@ fn number<T: std::str::FromStr>(arg: &OsString) -> Result<T, String> {
 }
 
 const USAGE: &str = "usage: garuda-probe SUBCOMMAND [ARGS]
+  batch SUBCOMMAND [ARGS] [; SUBCOMMAND [ARGS]]...   (one line each)
+  readall PATH (ok:HASH)    symlink TARGET LINK    rmdir PATH
   read|write|append|chmod|utimes|setxattr PATH
   symlink-write TARGET LINK    hardlink SRC DST
   swap-loop A B STOP
@@ -694,6 +725,39 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
         }
     };
     let line = match sub {
+        // Several subcommands in one process, separated by `;` arguments: one line each.
+        "batch" => {
+            let mut lines = Vec::new();
+            for group in rest.split(|a| a.as_bytes() == b";") {
+                if group.is_empty() {
+                    continue;
+                }
+                lines.push(match run(group) {
+                    Ok(Some(line)) => line,
+                    Ok(None) => "ok".to_string(),
+                    Err(e) => format!("usage-error: {e}"),
+                });
+            }
+            lines.join("\n")
+        }
+        "readall" => {
+            expect_args(1)?;
+            read_all(&cstr(arg(0)?)?)
+        }
+        "symlink" => {
+            expect_args(2)?;
+            let (target, link) = (cstr(arg(0)?)?, cstr(arg(1)?)?);
+            // SAFETY: valid C strings.
+            outcome(libc::c_long::from(unsafe {
+                libc::symlink(target.as_ptr(), link.as_ptr())
+            }))
+        }
+        "rmdir" => {
+            expect_args(1)?;
+            let p = cstr(arg(0)?)?;
+            // SAFETY: valid C string.
+            outcome(libc::c_long::from(unsafe { libc::rmdir(p.as_ptr()) }))
+        }
         "read" => {
             expect_args(1)?;
             read_file(&cstr(arg(0)?)?)

@@ -1,0 +1,705 @@
+//! The executors' differential fuzzer's harness: the case (a generated tree and a sequence of
+//! file operations), its proptest strategies, making the tree and the policy, running the probe
+//! on an executor and the three checks against the policy's model (`garuda_policy::model`).
+//! Shared by `tests/executor_diff.rs` (the bounded runs and the saved regressions) and the
+//! `executor_diff` cargo-fuzz target. See `docs/fuzzing.md`.
+//!
+//! After each executor's run:
+//!
+//! 1. **nothing changed that the model forbids**: the host tree before and after (every entry
+//!    under the case's folder, without following links: type, mode, content, link target,
+//!    change time) differs only at paths where [`model::decide`] allows a write;
+//! 2. **no secret was read**: no `readall` answered with the content of a secret, whichever path
+//!    (link, hard link, renamed folder) it went through;
+//! 3. **the two Linux executors agree**: an operation one of them let through (`ok`) is not
+//!    refused by the other with a permission error (`EACCES`, `EPERM`, `EROFS`);
+//! 4. **nothing changed that the design protects** whatever the policy says (the home, beside
+//!    the project, git metadata but its holes, `.garuda`): a policy builder that forgot a path
+//!    is caught here, where the model, which reads that policy, cannot see it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test harness: a failed step fails the case
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use garuda_policy::model::{self, Access};
+use garuda_policy::{build_exec_policy, load_settings_from, ExecPolicy, HostEnv};
+use garuda_supervisor::executor::select::executor_of;
+use garuda_supervisor::executor::{CommandSpec, ExecutorKind, StdioMode};
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Process limit of every case's policy (the smallest the landlock executor applies).
+const MAX_PROCESSES: u32 = 301;
+/// Every run gets a timeout, so a broken sandbox cannot hang the fuzzer.
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+/// The `PATH` of the sandboxed command.
+const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+// ---------------------------------------------------------------------------------------------
+// The case.
+
+/// The shape of the project's git metadata (each makes different read-only paths).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GitShape {
+    /// `.git` is a folder in the project.
+    Folder,
+    /// `.git` is a file `gitdir: ../sibling/gitdir` (a worktree or submodule).
+    GitdirFile,
+    /// `.git` is a link to `../sibling/gitdir`.
+    Link,
+    /// `.git` is a folder whose `hooks` is a link to `../../sibling/hooks` (a dotfile
+    /// manager's shape).
+    HooksLink,
+    /// `.git` is a folder whose `config` is a link to `../../sibling/gitconfig`.
+    ConfigLink,
+}
+
+/// A generated link: where it is (relative to the case's folder) and what it names (a path
+/// relative to the case's folder when it starts with `@/`, else taken as written).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    /// Where, relative to the case's folder.
+    pub at: String,
+    /// What it names.
+    pub target: String,
+}
+
+/// One operation of the probe, paths relative to the case's folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Read the whole file (`readall`: `ok:HASH`).
+    ReadAll(String),
+    /// Open for writing, creating or truncating (links followed).
+    Write(String),
+    /// Open an existing file for appending.
+    Append(String),
+    /// `chmod 600`.
+    Chmod(String),
+    /// Set both times to the epoch.
+    Utimes(String),
+    /// Set the extended attribute `user.x`.
+    Setxattr(String),
+    /// Remove a file or link.
+    Unlink(String),
+    /// Remove an empty folder.
+    Rmdir(String),
+    /// Make a folder.
+    Mkdir(String),
+    /// Rename the first to the second.
+    Rename(String, String),
+    /// Hard-link the first at the second.
+    Hardlink(String, String),
+    /// A link naming the first (a target as [`Link::target`]) at the second.
+    Symlink(String, String),
+}
+
+/// A whole case.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Case {
+    /// The git metadata's shape.
+    pub git: GitShape,
+    /// Whether the project has a `.garuda` folder before the run (without one, the policy
+    /// must still keep the command from making it).
+    #[serde(default = "yes")]
+    pub garuda: bool,
+    /// Links added to the skeleton.
+    pub links: Vec<Link>,
+    /// What the command does.
+    pub ops: Vec<Op>,
+}
+
+/// Secrets of the skeleton, relative to the case's folder.
+const SECRETS: &[&str] = &[
+    "home/.ssh/id_ed25519",
+    "home/.aws/credentials",
+    "home/.garuda/key",
+    "project/.env",
+];
+
+/// Plain files of the skeleton.
+const FILES: &[&str] = &[
+    "home/notes.txt",
+    "project/README",
+    "project/a.txt",
+    "project/d/b.txt",
+    "project/.garuda/notes",
+    "sibling/file.txt",
+    "sibling/dir/c.txt",
+];
+
+/// Where links may be put.
+const LINK_PLACES: &[&str] = &["project/l1", "project/d/l2", "project/l3", "sibling/l4"];
+
+/// What links may name.
+const LINK_TARGETS: &[&str] = &[
+    "@/home/.ssh/id_ed25519",
+    "@/home/.ssh",
+    "@/home/notes.txt",
+    "@/home",
+    "@/sibling/file.txt",
+    "@/sibling/dir",
+    "@/sibling/new-via-link",
+    "@/project/GITDIR/config",
+    "@/project/GITDIR/hooks",
+    "@/project/GITDIR",
+    "@/project/.env",
+    "@/project/a.txt",
+    "@/project/d",
+    "@/project/.garuda",
+    "@/project/new-via-link",
+    "a.txt",
+    "../sibling/file.txt",
+    "/etc/hostname",
+];
+
+/// Paths operations act on (`GITDIR` is the git folder of the case's shape).
+const OP_PATHS: &[&str] = &[
+    "home/notes.txt",
+    "home/new",
+    "home/.ssh/id_ed25519",
+    "home/.ssh/new",
+    "home/.garuda/key",
+    "project/README",
+    "project/a.txt",
+    "project/d",
+    "project/d/b.txt",
+    "project/new",
+    "project/d/new",
+    "project/.env",
+    "project/.git",
+    "project/GITDIR/config",
+    "project/GITDIR/HEAD",
+    "project/GITDIR/hooks",
+    "project/GITDIR/hooks/pre-commit",
+    "project/GITDIR/objects/o1",
+    "project/GITDIR/objects/new",
+    "project/GITDIR/new",
+    "project/.garuda",
+    "project/.garuda/notes",
+    "project/.garuda/new",
+    "project/l1",
+    "project/l1/x",
+    "project/d/l2",
+    "project/l3",
+    "project/l3/new",
+    "sibling/file.txt",
+    "sibling/dir",
+    "sibling/new",
+    "sibling/l4",
+];
+
+fn op_path() -> impl Strategy<Value = String> {
+    proptest::sample::select(OP_PATHS).prop_map(str::to_string)
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => op_path().prop_map(Op::ReadAll),
+        3 => op_path().prop_map(Op::Write),
+        1 => op_path().prop_map(Op::Append),
+        1 => op_path().prop_map(Op::Chmod),
+        1 => op_path().prop_map(Op::Utimes),
+        1 => op_path().prop_map(Op::Setxattr),
+        2 => op_path().prop_map(Op::Unlink),
+        1 => op_path().prop_map(Op::Rmdir),
+        1 => op_path().prop_map(Op::Mkdir),
+        3 => (op_path(), op_path()).prop_map(|(a, b)| Op::Rename(a, b)),
+        2 => (op_path(), op_path()).prop_map(|(a, b)| Op::Hardlink(a, b)),
+        2 => (proptest::sample::select(LINK_TARGETS), op_path())
+            .prop_map(|(t, at)| Op::Symlink(t.to_string(), at)),
+    ]
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A generated case: the git shape, up to three links, one to nine operations.
+pub fn case() -> impl Strategy<Value = Case> {
+    // A linked `.git` is refused by the policy in direct mode (nothing runs): rarer.
+    let git = prop_oneof![
+        4 => Just(GitShape::Folder),
+        2 => Just(GitShape::GitdirFile),
+        1 => Just(GitShape::Link),
+        1 => Just(GitShape::HooksLink),
+        1 => Just(GitShape::ConfigLink)
+    ];
+    let link = (
+        proptest::sample::select(LINK_PLACES),
+        proptest::sample::select(LINK_TARGETS),
+    )
+        .prop_map(|(at, target)| Link {
+            at: at.to_string(),
+            target: target.to_string(),
+        });
+    (
+        git,
+        proptest::bool::weighted(0.7),
+        proptest::collection::vec(link, 0..4),
+        proptest::collection::vec(op(), 1..10),
+    )
+        .prop_map(|(git, garuda, mut links, ops)| {
+            // One link per place.
+            let mut seen = BTreeSet::new();
+            links.retain(|l| seen.insert(l.at.clone()));
+            Case {
+                git,
+                garuda,
+                links,
+                ops,
+            }
+        })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Making the tree and the policy.
+
+impl GitShape {
+    /// The git folder's path relative to the case's folder.
+    fn gitdir(self) -> &'static str {
+        match self {
+            GitShape::Folder | GitShape::HooksLink | GitShape::ConfigLink => "project/.git",
+            GitShape::GitdirFile | GitShape::Link => "sibling/gitdir",
+        }
+    }
+}
+
+/// `rel` with `GITDIR` put in, relative to `base`.
+fn at(base: &Path, git: GitShape, rel: &str) -> PathBuf {
+    let rel = rel.replace("project/GITDIR", git.gitdir());
+    base.join(rel)
+}
+
+fn put(path: &Path, text: &str) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, text).unwrap();
+}
+
+/// Makes the case's tree at `base` (which must not exist).
+fn make_tree(base: &Path, case: &Case) {
+    for s in SECRETS {
+        put(&base.join(s), &format!("SECRET {s}\n"));
+    }
+    for f in FILES {
+        if f.starts_with("project/.garuda/") && !case.garuda {
+            continue;
+        }
+        put(&base.join(f), &format!("file {f}\n"));
+    }
+    let gitdir = base.join(case.git.gitdir());
+    let config = "[core]\n\trepositoryformatversion = 0\n";
+    let hook = "#!/bin/sh\nexit 0\n";
+    match case.git {
+        GitShape::ConfigLink => {
+            put(&base.join("sibling/gitconfig"), config);
+            fs::create_dir_all(&gitdir).unwrap();
+            std::os::unix::fs::symlink("../../sibling/gitconfig", gitdir.join("config")).unwrap();
+        }
+        _ => put(&gitdir.join("config"), config),
+    }
+    match case.git {
+        GitShape::HooksLink => {
+            put(&base.join("sibling/hooks/pre-commit"), hook);
+            fs::create_dir_all(&gitdir).unwrap();
+            std::os::unix::fs::symlink("../../sibling/hooks", gitdir.join("hooks")).unwrap();
+        }
+        _ => put(&gitdir.join("hooks/pre-commit"), hook),
+    }
+    put(&gitdir.join("HEAD"), "ref: refs/heads/main\n");
+    put(&gitdir.join("objects/o1"), "object\n");
+    fs::create_dir_all(gitdir.join("refs/heads")).unwrap();
+    match case.git {
+        GitShape::Folder | GitShape::HooksLink | GitShape::ConfigLink => {}
+        GitShape::GitdirFile => put(&base.join("project/.git"), "gitdir: ../sibling/gitdir\n"),
+        GitShape::Link => {
+            std::os::unix::fs::symlink("../sibling/gitdir", base.join("project/.git")).unwrap()
+        }
+    }
+    for link in &case.links {
+        let target = link_target(base, case.git, &link.target);
+        let place = base.join(&link.at);
+        fs::create_dir_all(place.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, place).unwrap();
+    }
+}
+
+fn link_target(base: &Path, git: GitShape, target: &str) -> PathBuf {
+    match target.strip_prefix("@/") {
+        Some(rel) => at(base, git, rel),
+        None => PathBuf::from(target),
+    }
+}
+
+/// The policy of the case's project as `garuda sandbox` builds it: no policy files, a home in
+/// the case's folder. `Err`: the policy refuses the tree (a link where git metadata must be a
+/// file or folder, say): nothing runs, which is the safe answer.
+fn build_policy(base: &Path) -> Result<ExecPolicy, garuda_policy::PolicyError> {
+    let home = base.join("home");
+    let vars: Vec<(OsString, OsString)> = vec![
+        ("HOME".into(), home.clone().into()),
+        ("GARUDA_HOME".into(), home.join(".garuda").into()),
+        ("PATH".into(), SANDBOX_PATH.into()),
+    ];
+    let host = HostEnv::from_vars(vars).unwrap();
+    let project = base.join("project");
+    let settings = load_settings_from(
+        &base.join("no-managed.json"),
+        &base.join("no-user.json"),
+        &project.join(".garuda/settings.json"),
+        &host,
+        &project,
+    )
+    .unwrap();
+    let mut policy = build_exec_policy(&project, &settings, &host)?;
+    policy.limits.max_processes = MAX_PROCESSES;
+    policy.limits.timeout = Some(RUN_TIMEOUT);
+    Ok(policy)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots.
+
+/// What an entry is, as far as a change to it matters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    File {
+        mode: u32,
+        content: Vec<u8>,
+        ctime: (i64, i64),
+    },
+    Dir {
+        mode: u32,
+    },
+    Link(PathBuf),
+    Other,
+}
+
+/// Every entry under `root`, links not followed.
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, Entry> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let ft = meta.file_type();
+            let entry = if ft.is_symlink() {
+                Entry::Link(fs::read_link(&path).unwrap_or_default())
+            } else if ft.is_dir() {
+                stack.push(path.clone());
+                Entry::Dir {
+                    mode: meta.permissions().mode(),
+                }
+            } else if ft.is_file() {
+                Entry::File {
+                    mode: meta.permissions().mode(),
+                    content: fs::read(&path).unwrap_or_default(),
+                    ctime: (meta.ctime(), meta.ctime_nsec()),
+                }
+            } else {
+                Entry::Other
+            };
+            out.insert(path, entry);
+        }
+    }
+    out
+}
+
+/// `ok:` and the FNV-1a 64 hash of `bytes`, as the probe's `readall` answers for them.
+pub fn fnv(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash = (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("ok:{hash:016x}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running.
+
+/// What one executor did with a case.
+#[derive(Debug)]
+pub struct Run {
+    /// One result line per operation.
+    pub results: Vec<String>,
+    /// What the checks found (empty: the executor kept to the model).
+    pub findings: Vec<String>,
+}
+
+fn probe_args(probe: &Path, base: &Path, git: GitShape, ops: &[Op]) -> Vec<OsString> {
+    let p = |rel: &str| at(base, git, rel).into_os_string();
+    let mut argv: Vec<OsString> = vec![probe.into(), "batch".into()];
+    for op in ops {
+        let (sub, args): (&str, Vec<OsString>) = match op {
+            Op::ReadAll(a) => ("readall", vec![p(a)]),
+            Op::Write(a) => ("write", vec![p(a)]),
+            Op::Append(a) => ("append", vec![p(a)]),
+            Op::Chmod(a) => ("chmod", vec![p(a)]),
+            Op::Utimes(a) => ("utimes", vec![p(a)]),
+            Op::Setxattr(a) => ("setxattr", vec![p(a)]),
+            Op::Unlink(a) => ("unlink", vec![p(a)]),
+            Op::Rmdir(a) => ("rmdir", vec![p(a)]),
+            Op::Mkdir(a) => ("mkdir", vec![p(a)]),
+            Op::Rename(a, b) => ("rename", vec![p(a), p(b)]),
+            Op::Hardlink(a, b) => ("hardlink", vec![p(a), p(b)]),
+            Op::Symlink(t, a) => (
+                "symlink",
+                vec![link_target(base, git, t).into_os_string(), p(a)],
+            ),
+        };
+        argv.push(sub.into());
+        argv.extend(args);
+        argv.push(";".into());
+    }
+    argv
+}
+
+/// Runs `case` on `kind` in a fresh tree at `base` (which must not be under `/tmp`: every
+/// sandbox has its own), with the probe program `probe`, and checks it.
+pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> Run {
+    remove_tree(base);
+    fs::create_dir_all(base).unwrap();
+    let base = fs::canonicalize(base).unwrap();
+    make_tree(&base, case);
+    let policy = match build_policy(&base) {
+        Ok(policy) => policy,
+        Err(refusal) => {
+            remove_tree(&base);
+            return Run {
+                results: vec![format!("refused: {refusal}"); case.ops.len()],
+                findings: Vec::new(),
+            };
+        }
+    };
+    let secrets: BTreeMap<String, PathBuf> = SECRETS
+        .iter()
+        .map(|s| {
+            let path = base.join(s);
+            (fnv(&fs::read(&path).unwrap()), path)
+        })
+        .collect();
+    let before = snapshot(&base);
+    let argv = probe_args(probe, &base, case.git, &case.ops);
+    let out = executor_of(kind)
+        .run(&CommandSpec::new(argv), &policy, StdioMode::Capture)
+        .unwrap_or_else(|e| panic!("{kind} could not run the probe: {e}"));
+    let after = snapshot(&base);
+    let stdout = out.stdout.text();
+    let results: Vec<String> = stdout.lines().map(str::to_string).collect();
+    let mut findings = Vec::new();
+    if results.len() != case.ops.len() {
+        findings.push(format!(
+            "the probe did not answer every operation ({} of {}): status {:?}, stdout {stdout:?}, stderr {:?}",
+            results.len(),
+            case.ops.len(),
+            out.status,
+            out.stderr.text()
+        ));
+    }
+    for (op, result) in case.ops.iter().zip(&results) {
+        if let Some(secret) = secrets.get(result) {
+            findings.push(format!(
+                "{op:?} read the content of the secret {}",
+                secret.display()
+            ));
+        }
+    }
+    let paths: BTreeSet<&PathBuf> = before.keys().chain(after.keys()).collect();
+    for path in paths {
+        let (was, is) = (before.get(path), after.get(path));
+        if was == is {
+            continue;
+        }
+        if let Some(why) = protected_by_design(&base, path) {
+            findings.push(format!(
+                "{} was changed, which Garuda never lets a command change ({why})",
+                path.display()
+            ));
+        }
+        if let Err(denial) = model::decide(&policy, Access::Write, path) {
+            let what = match (was, is) {
+                (None, Some(_)) => "created",
+                (Some(_), None) => "deleted",
+                _ => "changed",
+            };
+            findings.push(format!(
+                "{} was {what}, which the model forbids ({denial})",
+                path.display()
+            ));
+        }
+    }
+    remove_tree(&base);
+    Run { results, findings }
+}
+
+/// The second oracle, independent of the policy: what the design says no command may change
+/// whatever the policy builder made of the tree (so a policy that forgot to protect something
+/// is caught too, which the model, reading that policy, cannot see): the home, the folder
+/// beside the project, the project's `.git` entry and its git folder but for `objects`, `refs`
+/// and `logs`, and `.garuda` (whether it existed or not). `None`: the design allows it.
+fn protected_by_design(base: &Path, path: &Path) -> Option<&'static str> {
+    let under = |rel: &str| path.starts_with(base.join(rel));
+    if under("home") {
+        return Some("the home");
+    }
+    if under("sibling") {
+        return Some("outside the project");
+    }
+    if under("project/.garuda") {
+        return Some("the project's .garuda");
+    }
+    if under("project/.git") {
+        let hole = ["objects", "refs", "logs"]
+            .iter()
+            .any(|h| path.starts_with(base.join("project/.git").join(h)));
+        if !hole {
+            return Some("git metadata");
+        }
+    }
+    None
+}
+
+/// Removes the case's tree, whatever modes its operations left (a `chmod 600` folder cannot
+/// be entered by an ordinary user, root or not).
+pub fn remove_tree(base: &Path) {
+    let mut stack = vec![base.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        match fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_dir() => {}
+            _ => continue,
+        }
+        let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o700));
+        for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            stack.push(e.path());
+        }
+    }
+    match fs::remove_dir_all(base) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => panic!("removing {}: {e}", base.display()),
+    }
+}
+
+/// How much of the generated cases ran, per executor: (cases refused by the policy, cases
+/// run, operations answered `ok`, operations refused with a permission error, other answers),
+/// and the time spent in its cases (tree, policy, run, checks). Keyed by the run's tag and the
+/// executor.
+static STATS: std::sync::Mutex<BTreeMap<(String, String), Counts>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// One row of [`STATS`].
+type Counts = ([u64; 5], Duration);
+
+fn count(tag: &str, kind: ExecutorKind, run: &Run, took: Duration) {
+    let mut stats = STATS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (row, time) = stats
+        .entry((tag.to_string(), kind.to_string()))
+        .or_default();
+    *time += took;
+    if run.results.iter().any(|r| r.starts_with("refused")) {
+        row[0] += 1;
+        return;
+    }
+    row[1] += 1;
+    for r in &run.results {
+        let slot = if r.starts_with("ok") {
+            2
+        } else if is_permission_refusal(r) {
+            3
+        } else {
+            4
+        };
+        row[slot] += 1;
+    }
+}
+
+/// A permission refusal, as opposed to an answer about the tree (`ENOENT`, `EEXIST`…).
+pub fn is_permission_refusal(result: &str) -> bool {
+    matches!(result, "errno=EACCES" | "errno=EPERM" | "errno=EROFS")
+}
+
+/// Runs `case` on every sandbox executor; `Err` with everything found. `tag` names the run in
+/// the counts.
+pub fn check_case(
+    probe: &Path,
+    tag: &str,
+    kinds: &[ExecutorKind],
+    base: &Path,
+    case: &Case,
+) -> Result<(), String> {
+    let runs: Vec<(ExecutorKind, Run)> = kinds
+        .iter()
+        .map(|&k| {
+            let started = std::time::Instant::now();
+            let run = run_case(probe, k, base, case);
+            count(tag, k, &run, started.elapsed());
+            (k, run)
+        })
+        .collect();
+    let mut problems = Vec::new();
+    for (kind, run) in &runs {
+        for f in &run.findings {
+            problems.push(format!("{kind}: {f}"));
+        }
+    }
+    if let [(ka, a), (kb, b)] = runs.as_slice() {
+        for (i, op) in case.ops.iter().enumerate() {
+            let (ra, rb) = (a.results.get(i), b.results.get(i));
+            let (Some(ra), Some(rb)) = (ra, rb) else {
+                break;
+            };
+            let split = (ra.starts_with("ok") && is_permission_refusal(rb))
+                || (rb.starts_with("ok") && is_permission_refusal(ra));
+            if split {
+                problems.push(format!(
+                    "{ka} and {kb} disagree on {op:?}: {ra} against {rb}"
+                ));
+                // What follows ran on different trees.
+                break;
+            }
+            if ra != rb {
+                break;
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// The counts of the cases checked under `tag` since the process started, one line per
+/// executor, with its cases per second (the time of its own runs: tree, policy, sandbox,
+/// checks; shrinking included).
+pub fn counts(tag: &str) -> Vec<String> {
+    STATS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .filter(|((t, _), _)| t == tag)
+        .map(|((_, kind), (row, time))| {
+            format!(
+                "executor_diff {tag} {kind}: {} case(s) refused by the policy, {} run; operations: {} ok, {} refused (EACCES/EPERM/EROFS), {} other answers; {:.1} cases/s",
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                row[4],
+                (row[0] + row[1]) as f64 / time.as_secs_f64().max(1e-9)
+            )
+        })
+        .collect()
+}
