@@ -107,6 +107,10 @@ pub struct Case {
     /// must still keep the command from making it).
     #[serde(default = "yes")]
     pub garuda: bool,
+    /// The command runs staged (over a view of the project), and its change is then applied
+    /// with every guard approved (sensitive files, `.garuda`): the widest yes a person can give.
+    #[serde(default)]
+    pub staged: bool,
     /// Links added to the skeleton.
     pub links: Vec<Link>,
     /// What the command does.
@@ -240,16 +244,18 @@ pub fn case() -> impl Strategy<Value = Case> {
     (
         git,
         proptest::bool::weighted(0.7),
+        proptest::bool::weighted(0.25),
         proptest::collection::vec(link, 0..4),
         proptest::collection::vec(op(), 1..10),
     )
-        .prop_map(|(git, garuda, mut links, ops)| {
+        .prop_map(|(git, garuda, staged, mut links, ops)| {
             // One link per place.
             let mut seen = BTreeSet::new();
             links.retain(|l| seen.insert(l.at.clone()));
             Case {
                 git,
                 garuda,
+                staged,
                 links,
                 ops,
             }
@@ -338,7 +344,7 @@ fn link_target(base: &Path, git: GitShape, target: &str) -> PathBuf {
 /// The policy of the case's project as `garuda sandbox` builds it: no policy files, a home in
 /// the case's folder. `Err`: the policy refuses the tree (a link where git metadata must be a
 /// file or folder, say): nothing runs, which is the safe answer.
-fn build_policy(base: &Path) -> Result<ExecPolicy, garuda_policy::PolicyError> {
+fn build_policy(base: &Path, staged: bool) -> Result<ExecPolicy, garuda_policy::PolicyError> {
     let home = base.join("home");
     let vars: Vec<(OsString, OsString)> = vec![
         ("HOME".into(), home.clone().into()),
@@ -355,6 +361,10 @@ fn build_policy(base: &Path) -> Result<ExecPolicy, garuda_policy::PolicyError> {
         &project,
     )
     .unwrap();
+    let mut settings = settings;
+    if staged {
+        settings.command_mode = garuda_policy::CommandMode::Staged;
+    }
     let mut policy = build_exec_policy(&project, &settings, &host)?;
     policy.limits.max_processes = MAX_PROCESSES;
     policy.limits.timeout = Some(RUN_TIMEOUT);
@@ -434,6 +444,9 @@ pub struct Run {
     pub results: Vec<String>,
     /// What the checks found (empty: the executor kept to the model).
     pub findings: Vec<String>,
+    /// The paths (relative to the case's folder) that changed on the host: the direct
+    /// command's writes, or a staged command's applied change.
+    pub changed: Vec<String>,
 }
 
 fn probe_args(probe: &Path, base: &Path, git: GitShape, ops: &[Op]) -> Vec<OsString> {
@@ -471,13 +484,14 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
     fs::create_dir_all(base).unwrap();
     let base = fs::canonicalize(base).unwrap();
     make_tree(&base, case);
-    let policy = match build_policy(&base) {
+    let policy = match build_policy(&base, case.staged) {
         Ok(policy) => policy,
         Err(refusal) => {
             remove_tree(&base);
             return Run {
                 results: vec![format!("refused: {refusal}"); case.ops.len()],
                 findings: Vec::new(),
+                changed: Vec::new(),
             };
         }
     };
@@ -490,13 +504,53 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
         .collect();
     let before = snapshot(&base);
     let argv = probe_args(probe, &base, case.git, &case.ops);
+    let mut staging = case.staged.then(|| {
+        let session = garuda_staging::Session::create(
+            &base.join("home/.garuda"),
+            &base.join("project"),
+            garuda_staging::BackendChoice::Auto,
+            garuda_supervisor::doctor::overlay_in_userns().is_ok(),
+        )
+        .unwrap_or_else(|e| panic!("staging: {e}"));
+        (session, None)
+    });
+    let mut policy = policy;
+    if let Some((session, mark)) = &mut staging {
+        *mark = Some(session.prepare().unwrap_or_else(|e| panic!("staging: {e}")));
+        policy.staged = Some(session.view());
+    }
     let out = executor_of(kind)
         .run(&CommandSpec::new(argv), &policy, StdioMode::Capture)
         .unwrap_or_else(|e| panic!("{kind} could not run the probe: {e}"));
-    let after = snapshot(&base);
+    let mut after = snapshot(&base);
+    let mut findings = Vec::new();
+    if let Some((mut session, Some(mark))) = staging {
+        // While a staged command runs, the host's tree does not change at all.
+        for path in changed(&base, &before, &after) {
+            findings.push(format!(
+                "{} changed while the command ran staged",
+                path.display()
+            ));
+        }
+        // Then the change is applied with every guard approved: what apply writes is judged
+        // like a direct command's writes, except for what a person's yes covers.
+        let set = session
+            .changes(&mark)
+            .unwrap_or_else(|e| panic!("staging: {e}"));
+        if !set.is_empty() {
+            let applied = set.can_apply()
+                && session
+                    .apply_approved(&set, &garuda_staging::Guard::ALL)
+                    .is_ok();
+            if !applied {
+                let _ = session.discard(&set);
+            }
+        }
+        let _ = session.close();
+        after = snapshot(&base);
+    }
     let stdout = out.stdout.text();
     let results: Vec<String> = stdout.lines().map(str::to_string).collect();
-    let mut findings = Vec::new();
     if results.len() != case.ops.len() {
         findings.push(format!(
             "the probe did not answer every operation ({} of {}): status {:?}, stdout {stdout:?}, stderr {:?}",
@@ -514,19 +568,24 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
             ));
         }
     }
-    let paths: BTreeSet<&PathBuf> = before.keys().chain(after.keys()).collect();
-    for path in paths {
+    let changed_paths: Vec<String> = changed(&base, &before, &after)
+        .iter()
+        .filter_map(|p| p.strip_prefix(&base).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    for path in changed(&base, &before, &after) {
         let (was, is) = (before.get(path), after.get(path));
-        if was == is {
-            continue;
-        }
-        if let Some(why) = protected_by_design(&base, path) {
+        let approved = case.staged && approved_by_a_person(&base, path);
+        if let Some(why) = protected_by_design(&base, path).filter(|_| !approved) {
             findings.push(format!(
                 "{} was changed, which Garuda never lets a command change ({why})",
                 path.display()
             ));
         }
-        if let Err(denial) = model::decide(&policy, Access::Write, path) {
+        if let Err(denial) = model::decide(&policy, Access::Write, path).or_else(|d| match d {
+            model::Denial::Unreadable(_) if approved => Ok(()),
+            d => Err(d),
+        }) {
             let what = match (was, is) {
                 (None, Some(_)) => "created",
                 (Some(_), None) => "deleted",
@@ -539,7 +598,39 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
         }
     }
     remove_tree(&base);
-    Run { results, findings }
+    Run {
+        results,
+        findings,
+        changed: changed_paths,
+    }
+}
+
+/// The entries of `after` that are not the same in `before`, and those that went: every path
+/// of the tree whose entry appeared, went or changed. Garuda's staging folders (the
+/// supervisor's own, under its home) are not the command's doing.
+fn changed<'a>(
+    base: &Path,
+    before: &'a BTreeMap<PathBuf, Entry>,
+    after: &'a BTreeMap<PathBuf, Entry>,
+) -> Vec<&'a PathBuf> {
+    let staging = base.join("home/.garuda/staging");
+    let paths: BTreeSet<&PathBuf> = before.keys().chain(after.keys()).collect();
+    paths
+        .into_iter()
+        .filter(|p| before.get(*p) != after.get(*p))
+        .filter(|p| !p.starts_with(&staging))
+        .collect()
+}
+
+/// A staged change's path that a person's yes to its own question covers: Garuda's project
+/// settings (`.garuda`) and sensitive files (`.env`), both inside the project.
+fn approved_by_a_person(base: &Path, path: &Path) -> bool {
+    let project = base.join("project");
+    path.starts_with(project.join(".garuda"))
+        || (path.starts_with(&project)
+            && path
+                .file_name()
+                .is_some_and(|n| garuda_staging::is_sensitive_name(&n.to_string_lossy())))
 }
 
 /// The second oracle, independent of the policy: what the design says no command may change

@@ -175,6 +175,7 @@ fn the_harness_catches_the_host_executor() {
         Case {
             git: GitShape::Folder,
             garuda: true,
+            staged: false,
             links: vec![Link {
                 at: "project/l1".into(),
                 target: "@/home/.ssh/id_ed25519".into(),
@@ -184,24 +185,28 @@ fn the_harness_catches_the_host_executor() {
         Case {
             git: GitShape::Folder,
             garuda: true,
+            staged: false,
             links: vec![],
             ops: vec![Op::Write("home/notes.txt".into())],
         },
         Case {
             git: GitShape::GitdirFile,
             garuda: true,
+            staged: false,
             links: vec![],
             ops: vec![Op::Append("project/GITDIR/hooks/pre-commit".into())],
         },
         Case {
             git: GitShape::Folder,
             garuda: true,
+            staged: false,
             links: vec![],
             ops: vec![Op::Rename("project/.git".into(), "project/new".into())],
         },
         Case {
             git: GitShape::HooksLink,
             garuda: false,
+            staged: false,
             links: vec![],
             ops: vec![
                 Op::Unlink("project/GITDIR/hooks".into()),
@@ -219,6 +224,47 @@ fn the_harness_catches_the_host_executor() {
         // The same case in a sandbox: nothing found (each check's own control).
         check_case(Path::new(PROBE), "control", &kinds, &base, case)
             .unwrap_or_else(|why| panic!("{case:?}: {why}"));
+    }
+    remove_tree(&base);
+}
+
+/// Staged cases do what they claim: a staged write in the project reaches the project only
+/// through the apply (the change is there afterwards, with no finding), while a staged write
+/// to git metadata, the home or beside the project is never applied. Control: the same write
+/// in direct mode reaches the project too.
+#[test]
+fn a_staged_change_is_applied_and_judged_like_a_direct_one() {
+    let kinds = sandboxes();
+    let base = case_base("staged");
+    let ops = vec![
+        Op::Write("project/new".into()),
+        Op::Write("project/GITDIR/config".into()),
+        Op::Write("project/GITDIR/hooks/pre-commit".into()),
+        Op::Write("home/notes.txt".into()),
+        Op::Write("sibling/new".into()),
+    ];
+    for staged in [true, false] {
+        let case = Case {
+            git: GitShape::Folder,
+            garuda: true,
+            staged,
+            links: vec![],
+            ops: ops.clone(),
+        };
+        for &kind in &kinds {
+            let run = run_case(Path::new(PROBE), kind, &base, &case);
+            assert!(
+                run.findings.is_empty(),
+                "{kind} staged={staged}: {:?}",
+                run.findings
+            );
+            assert_eq!(
+                run.changed,
+                ["project/new"],
+                "{kind} staged={staged}: {:?}",
+                run.results
+            );
+        }
     }
     remove_tree(&base);
 }

@@ -1110,4 +1110,143 @@ mod tests {
             other => panic!("expected Unavailable, got {other:?}"),
         }
     }
+
+    /// The SBPL text's parentheses, outside strings (`"…"` with backslash escapes, and `#"…"`
+    /// regex literals) and comments (`;` to the end of the line): `Err` at the first one that
+    /// closes nothing, or when some stay open at the end.
+    fn sbpl_balance(text: &str) -> Result<(), String> {
+        let mut depth: i64 = 0;
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                ';' => {
+                    for c in chars.by_ref() {
+                        if c == '\n' {
+                            break;
+                        }
+                    }
+                }
+                '"' => loop {
+                    match chars.next() {
+                        Some('\\') => {
+                            chars.next();
+                        }
+                        Some('"') => break,
+                        Some(_) => {}
+                        None => return Err("a string is not closed".into()),
+                    }
+                },
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth < 0 {
+                        return Err("a `)` closes nothing".into());
+                    }
+                }
+                _ => {}
+            }
+        }
+        if depth == 0 {
+            Ok(())
+        } else {
+            Err(format!("{depth} `(` left open"))
+        }
+    }
+
+    /// A path component with the characters that would break SBPL if spliced (quotes,
+    /// parentheses, `;`, `#`, backslashes, newlines, spaces, non-ASCII), and a marker (`qz`)
+    /// that the fixed text never holds.
+    fn hostile_component() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::string::string_regex("qz[a-z\"()#;|\\\\ \n\té\u{202e}]{0,8}")
+            .expect("a valid regex")
+    }
+
+    fn hostile_paths(max: usize) -> impl proptest::strategy::Strategy<Value = Vec<String>> {
+        use proptest::strategy::Strategy;
+        proptest::collection::vec(
+            proptest::collection::vec(hostile_component(), 1..4)
+                .prop_map(|parts| format!("/{}", parts.join("/"))),
+            0..max,
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 256,
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        /// The profile generator under generated policies (issue 16): whatever the paths hold,
+        /// the text is well formed (balanced outside strings and comments), holds no path of
+        /// the policy (every path is a parameter: the marker `qz` every generated component
+        /// starts with never reaches the text), names only parameters it passes, passes only
+        /// parameters it names, and names them with fixed ASCII.
+        #[test]
+        fn generated_policies_give_well_formed_profiles_with_every_path_a_parameter(
+            writable in hostile_paths(4),
+            read_only in hostile_paths(4),
+            unreadable in hostile_paths(4),
+            hidden in hostile_paths(3),
+            tmpdir in proptest::option::of(hostile_paths(2)),
+            proxy in proptest::bool::ANY,
+        ) {
+            fn refs(v: &[String]) -> Vec<&str> {
+                v.iter().map(String::as_str).collect()
+            }
+            let tmp = tmpdir.as_ref().and_then(|t| t.first().cloned());
+            let mut policy = policy(
+                &refs(&writable),
+                &refs(&read_only),
+                &refs(&unreadable),
+                &refs(&hidden),
+                tmp.as_deref(),
+            );
+            if proxy {
+                policy.network = NetworkMode::Proxy {
+                    socket: PathBuf::from("/qz\"proxy(socket)"),
+                    port: 3128,
+                };
+            }
+            let got = profile(&policy);
+            proptest::prop_assert!(sbpl_balance(&got.text).is_ok(), "{:?}\n{}", sbpl_balance(&got.text), got.text);
+            proptest::prop_assert!(!got.text.contains("qz"), "a path reached the text:\n{}", got.text);
+            let named: std::collections::BTreeSet<&str> = got
+                .text
+                .split("(param \"")
+                .skip(1)
+                .filter_map(|rest| rest.split('"').next())
+                .collect();
+            let passed: std::collections::BTreeSet<&str> =
+                got.params.iter().map(|(name, _)| name.as_str()).collect();
+            proptest::prop_assert_eq!(&named, &passed);
+            for name in &passed {
+                proptest::prop_assert!(
+                    name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'),
+                    "parameter name {:?}",
+                    name
+                );
+            }
+            // Every path of the policy travels as a parameter's value.
+            let values: std::collections::BTreeSet<&Path> =
+                got.params.iter().map(|(_, v)| v.as_path()).collect();
+            for path in writable.iter().chain(&read_only).chain(&unreadable).chain(&hidden) {
+                proptest::prop_assert!(
+                    values.contains(Path::new(path)),
+                    "{:?} is not a parameter",
+                    path
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_balance_check_can_fail() {
+        assert!(sbpl_balance("(allow (x \")\"))").is_ok());
+        assert!(sbpl_balance("(allow (x)").is_err());
+        assert!(sbpl_balance("(allow x))").is_err());
+        assert!(sbpl_balance("(allow x) ; )").is_ok());
+        assert!(sbpl_balance("(allow \"x)").is_err());
+        assert!(sbpl_balance(GOLDEN).is_ok());
+    }
 }
