@@ -111,6 +111,15 @@ pub struct Case {
     /// with every guard approved (sensitive files, `.garuda`): the widest yes a person can give.
     #[serde(default)]
     pub staged: bool,
+    /// Operations of a second sandbox (direct mode) in the same project, run at the same time
+    /// as the first.
+    #[serde(default)]
+    pub second: Vec<Op>,
+    /// The second sandbox also swaps the folder `project/d` with a link to the folder beside
+    /// the project (`project/swap-link`), over and over, until the first command and the
+    /// apply of its staged change are over: the race of issue 10 item 1.
+    #[serde(default)]
+    pub race: bool,
     /// Links added to the skeleton.
     pub links: Vec<Link>,
     /// What the command does.
@@ -241,14 +250,20 @@ pub fn case() -> impl Strategy<Value = Case> {
             at: at.to_string(),
             target: target.to_string(),
         });
+    let second = prop_oneof![
+        3 => Just(Vec::new()),
+        1 => proptest::collection::vec(op(), 1..4),
+    ];
     (
         git,
         proptest::bool::weighted(0.7),
         proptest::bool::weighted(0.25),
         proptest::collection::vec(link, 0..4),
         proptest::collection::vec(op(), 1..10),
+        second,
+        proptest::bool::weighted(0.15),
     )
-        .prop_map(|(git, garuda, staged, mut links, ops)| {
+        .prop_map(|(git, garuda, staged, mut links, ops, second, race)| {
             // One link per place.
             let mut seen = BTreeSet::new();
             links.retain(|l| seen.insert(l.at.clone()));
@@ -256,6 +271,8 @@ pub fn case() -> impl Strategy<Value = Case> {
                 git,
                 garuda,
                 staged,
+                second,
+                race,
                 links,
                 ops,
             }
@@ -325,6 +342,10 @@ fn make_tree(base: &Path, case: &Case) {
         GitShape::Link => {
             std::os::unix::fs::symlink("../sibling/gitdir", base.join("project/.git")).unwrap()
         }
+    }
+    if case.race {
+        std::os::unix::fs::symlink(base.join("sibling/dir"), base.join("project/swap-link"))
+            .unwrap();
     }
     for link in &case.links {
         let target = link_target(base, case.git, &link.target);
@@ -447,6 +468,9 @@ pub struct Run {
     /// The paths (relative to the case's folder) that changed on the host: the direct
     /// command's writes, or a staged command's applied change.
     pub changed: Vec<String>,
+    /// Folder-for-link swaps the second sandbox made while the first ran and its change was
+    /// applied (`race`).
+    pub swaps: u64,
 }
 
 fn probe_args(probe: &Path, base: &Path, git: GitShape, ops: &[Op]) -> Vec<OsString> {
@@ -492,6 +516,7 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
                 results: vec![format!("refused: {refusal}"); case.ops.len()],
                 findings: Vec::new(),
                 changed: Vec::new(),
+                swaps: 0,
             };
         }
     };
@@ -502,53 +527,73 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
             (fnv(&fs::read(&path).unwrap()), path)
         })
         .collect();
-    let before = snapshot(&base);
-    let argv = probe_args(probe, &base, case.git, &case.ops);
+    // The second sandbox: direct, in the same project, at the same time (none when the
+    // direct policy refuses the tree).
+    let stop = base.join("stop");
+    let second = (!case.second.is_empty() || case.race)
+        .then(|| build_policy(&base, false).ok())
+        .flatten()
+        .map(|direct| {
+            let mut argv = probe_args(probe, &base, case.git, &case.second);
+            if case.race {
+                argv.extend([
+                    "swap-loop".into(),
+                    base.join("project/d").into_os_string(),
+                    base.join("project/swap-link").into_os_string(),
+                    stop.clone().into_os_string(),
+                ]);
+            }
+            (direct, argv)
+        });
     let mut staging = case.staged.then(|| {
-        let session = garuda_staging::Session::create(
+        garuda_staging::Session::create(
             &base.join("home/.garuda"),
             &base.join("project"),
             garuda_staging::BackendChoice::Auto,
             garuda_supervisor::doctor::overlay_in_userns().is_ok(),
         )
-        .unwrap_or_else(|e| panic!("staging: {e}"));
-        (session, None)
+        .unwrap_or_else(|e| panic!("staging: {e}"))
     });
     let mut policy = policy;
-    if let Some((session, mark)) = &mut staging {
-        *mark = Some(session.prepare().unwrap_or_else(|e| panic!("staging: {e}")));
-        policy.staged = Some(session.view());
-    }
-    let out = executor_of(kind)
-        .run(&CommandSpec::new(argv), &policy, StdioMode::Capture)
-        .unwrap_or_else(|e| panic!("{kind} could not run the probe: {e}"));
-    let mut after = snapshot(&base);
+    let mark = match &mut staging {
+        Some(session) => {
+            let mark = session.prepare().unwrap_or_else(|e| panic!("staging: {e}"));
+            policy.staged = Some(session.view());
+            Some(mark)
+        }
+        None => None,
+    };
+    let before = snapshot(&base);
+    let argv = probe_args(probe, &base, case.git, &case.ops);
     let mut findings = Vec::new();
-    if let Some((mut session, Some(mark))) = staging {
-        // While a staged command runs, the host's tree does not change at all.
-        for path in changed(&base, &before, &after) {
-            findings.push(format!(
-                "{} changed while the command ran staged",
-                path.display()
-            ));
-        }
-        // Then the change is applied with every guard approved: what apply writes is judged
-        // like a direct command's writes, except for what a person's yes covers.
-        let set = session
-            .changes(&mark)
-            .unwrap_or_else(|e| panic!("staging: {e}"));
-        if !set.is_empty() {
-            let applied = set.can_apply()
-                && session
-                    .apply_approved(&set, &garuda_staging::Guard::ALL)
-                    .is_ok();
-            if !applied {
-                let _ = session.discard(&set);
+    let (out, second_out) = std::thread::scope(|scope| {
+        let second_run = second.as_ref().map(|(direct, argv)| {
+            scope.spawn(move || {
+                executor_of(kind).run(&CommandSpec::new(argv.clone()), direct, StdioMode::Capture)
+            })
+        });
+        let out = executor_of(kind)
+            .run(&CommandSpec::new(argv), &policy, StdioMode::Capture)
+            .unwrap_or_else(|e| panic!("{kind} could not run the probe: {e}"));
+        if let (Some(session), Some(mark)) = (staging.take(), mark) {
+            // Without a second sandbox the host's tree does not change at all while a staged
+            // command runs (with one, the second's own writes are judged below).
+            if second.is_none() {
+                let during = snapshot(&base);
+                for path in changed(&base, &before, &during) {
+                    findings.push(format!(
+                        "{} changed while the command ran staged",
+                        path.display()
+                    ));
+                }
             }
+            apply_everything(session, &mark);
         }
-        let _ = session.close();
-        after = snapshot(&base);
-    }
+        fs::write(&stop, "").unwrap();
+        let second_out = second_run.map(|h| h.join());
+        (out, second_out)
+    });
+    let after = snapshot(&base);
     let stdout = out.stdout.text();
     let results: Vec<String> = stdout.lines().map(str::to_string).collect();
     if results.len() != case.ops.len() {
@@ -560,10 +605,21 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
             out.stderr.text()
         ));
     }
-    for (op, result) in case.ops.iter().zip(&results) {
+    let mut read = results.clone();
+    match second_out {
+        None => {}
+        Some(Ok(Ok(second))) => read.extend(second.stdout.text().lines().map(str::to_string)),
+        Some(Ok(Err(e))) => findings.push(format!("the second sandbox did not run: {e}")),
+        Some(Err(_)) => findings.push("the second sandbox's thread panicked".into()),
+    }
+    let swaps = read
+        .iter()
+        .filter_map(|r| r.strip_prefix("swaps=").and_then(|n| n.parse::<u64>().ok()))
+        .sum();
+    for result in &read {
         if let Some(secret) = secrets.get(result) {
             findings.push(format!(
-                "{op:?} read the content of the secret {}",
+                "an operation read the content of the secret {}",
                 secret.display()
             ));
         }
@@ -582,10 +638,12 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
                 path.display()
             ));
         }
-        if let Err(denial) = model::decide(&policy, Access::Write, path).or_else(|d| match d {
-            model::Denial::Unreadable(_) if approved => Ok(()),
-            d => Err(d),
-        }) {
+        if let Err(denial) =
+            model::decide(&policy_for_model(&policy), Access::Write, path).or_else(|d| match d {
+                model::Denial::Unreadable(_) if approved => Ok(()),
+                d => Err(d),
+            })
+        {
             let what = match (was, is) {
                 (None, Some(_)) => "created",
                 (Some(_), None) => "deleted",
@@ -602,7 +660,34 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
         results,
         findings,
         changed: changed_paths,
+        swaps,
     }
+}
+
+/// The policy the model judges the host's changes by: the direct one (a staged view's own
+/// paths are the supervisor's; what lands in the project is the apply's).
+fn policy_for_model(policy: &ExecPolicy) -> ExecPolicy {
+    let mut direct = policy.clone();
+    direct.staged = None;
+    direct
+}
+
+/// Applies a staged command's change with every guard approved (the widest yes a person can
+/// give), or discards it when it cannot be applied; the staging folder goes.
+fn apply_everything(mut session: garuda_staging::Session, mark: &garuda_staging::CommandMark) {
+    let set = session
+        .changes(mark)
+        .unwrap_or_else(|e| panic!("staging: {e}"));
+    if !set.is_empty() {
+        let applied = set.can_apply()
+            && session
+                .apply_approved(&set, &garuda_staging::Guard::ALL)
+                .is_ok();
+        if !applied {
+            let _ = session.discard(&set);
+        }
+    }
+    let _ = session.close();
 }
 
 /// The entries of `after` that are not the same in `before`, and those that went: every path
@@ -614,11 +699,12 @@ fn changed<'a>(
     after: &'a BTreeMap<PathBuf, Entry>,
 ) -> Vec<&'a PathBuf> {
     let staging = base.join("home/.garuda/staging");
+    let stop = base.join("stop");
     let paths: BTreeSet<&PathBuf> = before.keys().chain(after.keys()).collect();
     paths
         .into_iter()
         .filter(|p| before.get(*p) != after.get(*p))
-        .filter(|p| !p.starts_with(&staging))
+        .filter(|p| !p.starts_with(&staging) && **p != stop)
         .collect()
 }
 
@@ -682,14 +768,15 @@ pub fn remove_tree(base: &Path) {
 }
 
 /// How much of the generated cases ran, per executor: (cases refused by the policy, cases
-/// run, operations answered `ok`, operations refused with a permission error, other answers),
+/// run, operations answered `ok`, operations refused with a permission error, other answers,
+/// swaps raced),
 /// and the time spent in its cases (tree, policy, run, checks). Keyed by the run's tag and the
 /// executor.
 static STATS: std::sync::Mutex<BTreeMap<(String, String), Counts>> =
     std::sync::Mutex::new(BTreeMap::new());
 
 /// One row of [`STATS`].
-type Counts = ([u64; 5], Duration);
+type Counts = ([u64; 6], Duration);
 
 fn count(tag: &str, kind: ExecutorKind, run: &Run, took: Duration) {
     let mut stats = STATS
@@ -699,6 +786,7 @@ fn count(tag: &str, kind: ExecutorKind, run: &Run, took: Duration) {
         .entry((tag.to_string(), kind.to_string()))
         .or_default();
     *time += took;
+    row[5] += run.swaps;
     if run.results.iter().any(|r| r.starts_with("refused")) {
         row[0] += 1;
         return;
@@ -745,7 +833,10 @@ pub fn check_case(
             problems.push(format!("{kind}: {f}"));
         }
     }
-    if let [(ka, a), (kb, b)] = runs.as_slice() {
+    // With a second sandbox the operations interleave differently on each run: their answers
+    // are not comparable, only their effects (checked above).
+    let concurrent = !case.second.is_empty() || case.race;
+    if let ([(ka, a), (kb, b)], false) = (runs.as_slice(), concurrent) {
         for (i, op) in case.ops.iter().enumerate() {
             let (ra, rb) = (a.results.get(i), b.results.get(i));
             let (Some(ra), Some(rb)) = (ra, rb) else {
@@ -783,12 +874,13 @@ pub fn counts(tag: &str) -> Vec<String> {
         .filter(|((t, _), _)| t == tag)
         .map(|((_, kind), (row, time))| {
             format!(
-                "executor_diff {tag} {kind}: {} case(s) refused by the policy, {} run; operations: {} ok, {} refused (EACCES/EPERM/EROFS), {} other answers; {:.1} cases/s",
+                "executor_diff {tag} {kind}: {} case(s) refused by the policy, {} run; operations: {} ok, {} refused (EACCES/EPERM/EROFS), {} other answers; {} folder-for-link swaps raced; {:.1} cases/s",
                 row[0],
                 row[1],
                 row[2],
                 row[3],
                 row[4],
+                row[5],
                 (row[0] + row[1]) as f64 / time.as_secs_f64().max(1e-9)
             )
         })
