@@ -261,12 +261,18 @@ pub fn case() -> impl Strategy<Value = Case> {
         proptest::collection::vec(link, 0..4),
         proptest::collection::vec(op(), 1..10),
         second,
-        proptest::bool::weighted(0.15),
+        (proptest::bool::weighted(0.1), proptest::bool::weighted(0.6)),
     )
-        .prop_map(|(git, garuda, staged, mut links, ops, second, race)| {
+        .prop_map(|(git, garuda, staged, mut links, mut ops, second, races)| {
             // One link per place.
             let mut seen = BTreeSet::new();
             links.retain(|l| seen.insert(l.at.clone()));
+            // The race matters most against a staged change's apply, and only when the change
+            // has something in the raced folder.
+            let race = if staged { races.1 } else { races.0 };
+            if race {
+                ops.push(Op::Write("project/d/raced".into()));
+            }
             Case {
                 git,
                 garuda,
