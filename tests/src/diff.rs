@@ -96,6 +96,21 @@ pub enum Op {
     Hardlink(String, String),
     /// A link naming the first (a target as [`Link::target`]) at the second.
     Symlink(String, String),
+    /// Connect to the harness's TCP listener on the host's loopback.
+    TcpConnectHost,
+    /// Send a datagram to the harness's UDP socket on the host's loopback.
+    UdpSendHost,
+}
+
+/// What the user's policy file adds (none of it may loosen a wall the design keeps).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserPolicy {
+    /// `sandbox.writable` names `home/cache`, a folder of the home.
+    pub writable_cache: bool,
+    /// `sandbox.unreadable` names `project/d/b.txt`, a file of the project.
+    pub unreadable_file: bool,
+    /// `"profile": "strict"`.
+    pub strict: bool,
 }
 
 /// A whole case.
@@ -120,6 +135,9 @@ pub struct Case {
     /// apply of its staged change are over: the race of issue 10 item 1.
     #[serde(default)]
     pub race: bool,
+    /// The user's policy file.
+    #[serde(default)]
+    pub user: UserPolicy,
     /// Links added to the skeleton.
     pub links: Vec<Link>,
     /// What the command does.
@@ -137,6 +155,7 @@ const SECRETS: &[&str] = &[
 /// Plain files of the skeleton.
 const FILES: &[&str] = &[
     "home/notes.txt",
+    "home/cache/x",
     "project/README",
     "project/a.txt",
     "project/d/b.txt",
@@ -153,6 +172,7 @@ const LINK_TARGETS: &[&str] = &[
     "@/home/.ssh/id_ed25519",
     "@/home/.ssh",
     "@/home/notes.txt",
+    "@/home/cache",
     "@/home",
     "@/sibling/file.txt",
     "@/sibling/dir",
@@ -174,6 +194,8 @@ const LINK_TARGETS: &[&str] = &[
 const OP_PATHS: &[&str] = &[
     "home/notes.txt",
     "home/new",
+    "home/cache/x",
+    "home/cache/new",
     "home/.ssh/id_ed25519",
     "home/.ssh/new",
     "home/.garuda/key",
@@ -225,6 +247,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (op_path(), op_path()).prop_map(|(a, b)| Op::Hardlink(a, b)),
         2 => (proptest::sample::select(LINK_TARGETS), op_path())
             .prop_map(|(t, at)| Op::Symlink(t.to_string(), at)),
+        1 => Just(Op::TcpConnectHost),
+        1 => Just(Op::UdpSendHost),
     ]
 }
 
@@ -262,27 +286,39 @@ pub fn case() -> impl Strategy<Value = Case> {
         proptest::collection::vec(op(), 1..10),
         second,
         (proptest::bool::weighted(0.1), proptest::bool::weighted(0.6)),
+        (
+            proptest::bool::weighted(0.3),
+            proptest::bool::weighted(0.3),
+            proptest::bool::weighted(0.2),
+        ),
     )
-        .prop_map(|(git, garuda, staged, mut links, mut ops, second, races)| {
-            // One link per place.
-            let mut seen = BTreeSet::new();
-            links.retain(|l| seen.insert(l.at.clone()));
-            // The race matters most against a staged change's apply, and only when the change
-            // has something in the raced folder.
-            let race = if staged { races.1 } else { races.0 };
-            if race {
-                ops.push(Op::Write("project/d/raced".into()));
-            }
-            Case {
-                git,
-                garuda,
-                staged,
-                second,
-                race,
-                links,
-                ops,
-            }
-        })
+        .prop_map(
+            |(git, garuda, staged, mut links, mut ops, second, races, user)| {
+                // One link per place.
+                let mut seen = BTreeSet::new();
+                links.retain(|l| seen.insert(l.at.clone()));
+                // The race matters most against a staged change's apply, and only when the change
+                // has something in the raced folder.
+                let race = if staged { races.1 } else { races.0 };
+                if race {
+                    ops.push(Op::Write("project/d/raced".into()));
+                }
+                Case {
+                    git,
+                    garuda,
+                    staged,
+                    second,
+                    race,
+                    user: UserPolicy {
+                        writable_cache: user.0,
+                        unreadable_file: user.1,
+                        strict: user.2,
+                    },
+                    links,
+                    ops,
+                }
+            },
+        )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -371,7 +407,11 @@ fn link_target(base: &Path, git: GitShape, target: &str) -> PathBuf {
 /// The policy of the case's project as `garuda sandbox` builds it: no policy files, a home in
 /// the case's folder. `Err`: the policy refuses the tree (a link where git metadata must be a
 /// file or folder, say): nothing runs, which is the safe answer.
-fn build_policy(base: &Path, staged: bool) -> Result<ExecPolicy, garuda_policy::PolicyError> {
+fn build_policy(
+    base: &Path,
+    staged: bool,
+    user: UserPolicy,
+) -> Result<ExecPolicy, garuda_policy::PolicyError> {
     let home = base.join("home");
     let vars: Vec<(OsString, OsString)> = vec![
         ("HOME".into(), home.clone().into()),
@@ -380,9 +420,33 @@ fn build_policy(base: &Path, staged: bool) -> Result<ExecPolicy, garuda_policy::
     ];
     let host = HostEnv::from_vars(vars).unwrap();
     let project = base.join("project");
+    let user_file = base.join("user-policy.json");
+    if user != UserPolicy::default() {
+        let mut sandbox = serde_json::Map::new();
+        if user.writable_cache {
+            sandbox.insert(
+                "writable".into(),
+                serde_json::json!([base.join("home/cache")]),
+            );
+        }
+        if user.unreadable_file {
+            sandbox.insert(
+                "unreadable".into(),
+                serde_json::json!([base.join("project/d/b.txt")]),
+            );
+        }
+        let mut file = serde_json::Map::new();
+        if !sandbox.is_empty() {
+            file.insert("sandbox".into(), sandbox.into());
+        }
+        if user.strict {
+            file.insert("profile".into(), "strict".into());
+        }
+        fs::write(&user_file, serde_json::Value::from(file).to_string()).unwrap();
+    }
     let settings = load_settings_from(
         &base.join("no-managed.json"),
-        &base.join("no-user.json"),
+        &user_file,
         &project.join(".garuda/settings.json"),
         &host,
         &project,
@@ -479,7 +543,53 @@ pub struct Run {
     pub swaps: u64,
 }
 
-fn probe_args(probe: &Path, base: &Path, git: GitShape, ops: &[Op]) -> Vec<OsString> {
+/// The harness's sockets on the host's loopback, which no sandboxed command may reach.
+struct HostSockets {
+    tcp: std::net::TcpListener,
+    udp: std::net::UdpSocket,
+}
+
+impl HostSockets {
+    fn open() -> HostSockets {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        tcp.set_nonblocking(true).unwrap();
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        udp.set_nonblocking(true).unwrap();
+        HostSockets { tcp, udp }
+    }
+
+    fn addresses(&self) -> (String, String) {
+        (
+            self.tcp.local_addr().unwrap().to_string(),
+            self.udp.local_addr().unwrap().to_string(),
+        )
+    }
+
+    /// What reached them since they were opened.
+    fn reached(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        if let Ok((_, from)) = self.tcp.accept() {
+            found.push(format!(
+                "a TCP connection from {from} reached the host's loopback"
+            ));
+        }
+        let mut buf = [0u8; 64];
+        if let Ok((_, from)) = self.udp.recv_from(&mut buf) {
+            found.push(format!(
+                "a datagram from {from} reached the host's loopback"
+            ));
+        }
+        found
+    }
+}
+
+fn probe_args(
+    probe: &Path,
+    base: &Path,
+    git: GitShape,
+    ops: &[Op],
+    net: &(String, String),
+) -> Vec<OsString> {
     let p = |rel: &str| at(base, git, rel).into_os_string();
     let mut argv: Vec<OsString> = vec![probe.into(), "batch".into()];
     for op in ops {
@@ -499,6 +609,8 @@ fn probe_args(probe: &Path, base: &Path, git: GitShape, ops: &[Op]) -> Vec<OsStr
                 "symlink",
                 vec![link_target(base, git, t).into_os_string(), p(a)],
             ),
+            Op::TcpConnectHost => ("tcp-connect", vec![net.0.clone().into()]),
+            Op::UdpSendHost => ("udp-send", vec![net.1.clone().into()]),
         };
         argv.push(sub.into());
         argv.extend(args);
@@ -514,7 +626,7 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
     fs::create_dir_all(base).unwrap();
     let base = fs::canonicalize(base).unwrap();
     make_tree(&base, case);
-    let policy = match build_policy(&base, case.staged) {
+    let policy = match build_policy(&base, case.staged, case.user) {
         Ok(policy) => policy,
         Err(refusal) => {
             remove_tree(&base);
@@ -526,21 +638,35 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
             };
         }
     };
-    let secrets: BTreeMap<String, PathBuf> = SECRETS
+    // Every file the policy calls unreadable (the skeleton's secrets, Garuda's home, a file a
+    // policy file names), by its content.
+    let secrets: BTreeMap<String, PathBuf> = policy
+        .unreadable_paths
         .iter()
-        .map(|s| {
-            let path = base.join(s);
-            (fnv(&fs::read(&path).unwrap()), path)
+        .filter(|p| p.starts_with(&base))
+        .flat_map(|p| {
+            snapshot(p)
+                .into_keys()
+                .chain(std::iter::once(p.clone()))
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|path| {
+            let bytes = fs::read(&path).ok()?;
+            // An empty file holds nothing to leak (and reads like the empty file an executor
+            // may put in a secret's place).
+            (!bytes.is_empty()).then(|| (fnv(&bytes), path))
         })
         .collect();
+    let sockets = HostSockets::open();
+    let net = sockets.addresses();
     // The second sandbox: direct, in the same project, at the same time (none when the
     // direct policy refuses the tree).
     let stop = base.join("stop");
     let second = (!case.second.is_empty() || case.race)
-        .then(|| build_policy(&base, false).ok())
+        .then(|| build_policy(&base, false, case.user).ok())
         .flatten()
         .map(|direct| {
-            let mut argv = probe_args(probe, &base, case.git, &case.second);
+            let mut argv = probe_args(probe, &base, case.git, &case.second, &net);
             if case.race {
                 argv.extend([
                     "swap-loop".into(),
@@ -570,7 +696,7 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
         None => None,
     };
     let before = snapshot(&base);
-    let argv = probe_args(probe, &base, case.git, &case.ops);
+    let argv = probe_args(probe, &base, case.git, &case.ops, &net);
     let mut findings = Vec::new();
     let (out, second_out) = std::thread::scope(|scope| {
         let second_run = second.as_ref().map(|(direct, argv)| {
@@ -618,6 +744,7 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
         Some(Ok(Err(e))) => findings.push(format!("the second sandbox did not run: {e}")),
         Some(Err(_)) => findings.push("the second sandbox's thread panicked".into()),
     }
+    findings.extend(sockets.reached());
     let swaps = read
         .iter()
         .filter_map(|r| r.strip_prefix("swaps=").and_then(|n| n.parse::<u64>().ok()))
@@ -638,7 +765,8 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
     for path in changed(&base, &before, &after) {
         let (was, is) = (before.get(path), after.get(path));
         let approved = case.staged && approved_by_a_person(&base, path);
-        if let Some(why) = protected_by_design(&base, path).filter(|_| !approved) {
+        let declared = case.user.writable_cache && path.starts_with(base.join("home/cache"));
+        if let Some(why) = protected_by_design(&base, path).filter(|_| !approved && !declared) {
             findings.push(format!(
                 "{} was changed, which Garuda never lets a command change ({why})",
                 path.display()

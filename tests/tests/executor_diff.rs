@@ -166,7 +166,9 @@ fn saved_regressions_replay() {
 /// The negative control: the host executor (no sandbox) runs cases that break each check, and
 /// the harness catches each: a secret read through a link, a write in the home, git's hook
 /// rewritten, the git folder renamed away, a linked hooks folder removed and a missing
-/// `.garuda` made. On a sandbox executor the same cases pass.
+/// `.garuda` made, a TCP connection and a datagram to the host's loopback, a file a user
+/// policy calls unreadable read through a link to its folder. On a sandbox executor the same
+/// cases pass.
 #[test]
 fn the_harness_catches_the_host_executor() {
     let kinds = sandboxes();
@@ -178,6 +180,7 @@ fn the_harness_catches_the_host_executor() {
             staged: false,
             second: vec![],
             race: false,
+            user: Default::default(),
             links: vec![Link {
                 at: "project/l1".into(),
                 target: "@/home/.ssh/id_ed25519".into(),
@@ -190,6 +193,7 @@ fn the_harness_catches_the_host_executor() {
             staged: false,
             second: vec![],
             race: false,
+            user: Default::default(),
             links: vec![],
             ops: vec![Op::Write("home/notes.txt".into())],
         },
@@ -199,6 +203,7 @@ fn the_harness_catches_the_host_executor() {
             staged: false,
             second: vec![],
             race: false,
+            user: Default::default(),
             links: vec![],
             ops: vec![Op::Append("project/GITDIR/hooks/pre-commit".into())],
         },
@@ -208,6 +213,7 @@ fn the_harness_catches_the_host_executor() {
             staged: false,
             second: vec![],
             race: false,
+            user: Default::default(),
             links: vec![],
             ops: vec![Op::Rename("project/.git".into(), "project/new".into())],
         },
@@ -217,11 +223,48 @@ fn the_harness_catches_the_host_executor() {
             staged: false,
             second: vec![],
             race: false,
+            user: Default::default(),
             links: vec![],
             ops: vec![
                 Op::Unlink("project/GITDIR/hooks".into()),
                 Op::Mkdir("project/.garuda".into()),
             ],
+        },
+        Case {
+            git: GitShape::Folder,
+            garuda: true,
+            staged: false,
+            second: vec![],
+            race: false,
+            user: Default::default(),
+            links: vec![],
+            ops: vec![Op::TcpConnectHost],
+        },
+        Case {
+            git: GitShape::Folder,
+            garuda: true,
+            staged: false,
+            second: vec![],
+            race: false,
+            user: Default::default(),
+            links: vec![],
+            ops: vec![Op::UdpSendHost],
+        },
+        Case {
+            git: GitShape::Folder,
+            garuda: true,
+            staged: false,
+            second: vec![],
+            race: false,
+            user: garuda_tests::diff::UserPolicy {
+                unreadable_file: true,
+                ..Default::default()
+            },
+            links: vec![Link {
+                at: "project/l1".into(),
+                target: "@/project/d".into(),
+            }],
+            ops: vec![Op::ReadAll("project/l1/b.txt".into())],
         },
     ];
     for case in &cases {
@@ -260,6 +303,7 @@ fn a_staged_change_is_applied_and_judged_like_a_direct_one() {
             staged,
             second: vec![],
             race: false,
+            user: Default::default(),
             links: vec![],
             ops: ops.clone(),
         };
