@@ -259,6 +259,7 @@ fn main() {
                         seccomp: seccomp.as_raw_fd(),
                         empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
                         binds: binds.iter().map(|f| f.as_raw_fd()).collect(),
+                        status: None,
                     };
                     run_ok(
                         &mut bubblewrap::bare_command(&bwrap, pol, &pol.project_root, c, &fds),

@@ -704,15 +704,18 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
                 executor_of(kind).run(&CommandSpec::new(argv.clone()), direct, StdioMode::Capture)
             })
         });
-        let out = executor_of(kind)
-            .run(&CommandSpec::new(argv), &policy, StdioMode::Capture)
-            .unwrap_or_else(|e| panic!("{kind} could not run the probe: {e}"));
+        let out = executor_of(kind).run(&CommandSpec::new(argv), &policy, StdioMode::Capture);
         if let (Some(session), Some(mark)) = (staging.take(), mark) {
-            // Without a second sandbox the host's tree does not change at all while a staged
-            // command runs (with one, the second's own writes are judged below).
+            // Without a second sandbox the project does not change at all while a staged
+            // command runs (with one, the second's own writes are judged below); a writable
+            // path outside the project (a cache a policy file names) is not staged.
             if second.is_none() {
                 let during = snapshot(&base);
-                for path in changed(&base, &before, &during) {
+                let project = base.join("project");
+                for path in changed(&base, &before, &during)
+                    .into_iter()
+                    .filter(|p| p.starts_with(&project))
+                {
                     findings.push(format!(
                         "{} changed while the command ran staged",
                         path.display()
@@ -726,9 +729,22 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
         (out, second_out)
     });
     let after = snapshot(&base);
-    let stdout = out.stdout.text();
-    let results: Vec<String> = stdout.lines().map(str::to_string).collect();
-    if results.len() != case.ops.len() {
+    // A sandbox that refuses to start (a folder swapped under its setup by the second sandbox)
+    // fails closed: nothing ran, and what changed is still checked below. Any other error is
+    // the harness's or the machine's.
+    let (results, out) = match out {
+        Ok(out) => (
+            out.stdout.text().lines().map(str::to_string).collect(),
+            Some(out),
+        ),
+        Err(e @ garuda_supervisor::executor::ExecError::Setup { .. }) => {
+            (vec![format!("refused: {e}"); case.ops.len()], None)
+        }
+        Err(e) => panic!("{kind} could not run the probe: {e}"),
+    };
+    let results: Vec<String> = results;
+    if let Some(out) = out.as_ref().filter(|_| results.len() != case.ops.len()) {
+        let stdout = out.stdout.text();
         findings.push(format!(
             "the probe did not answer every operation ({} of {}): status {:?}, stdout {stdout:?}, stderr {:?}",
             results.len(),
@@ -741,6 +757,7 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
     match second_out {
         None => {}
         Some(Ok(Ok(second))) => read.extend(second.stdout.text().lines().map(str::to_string)),
+        Some(Ok(Err(garuda_supervisor::executor::ExecError::Setup { .. }))) => {}
         Some(Ok(Err(e))) => findings.push(format!("the second sandbox did not run: {e}")),
         Some(Err(_)) => findings.push("the second sandbox's thread panicked".into()),
     }
@@ -784,8 +801,10 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
                 _ => "changed",
             };
             findings.push(format!(
-                "{} was {what}, which the model forbids ({denial})",
-                path.display()
+                "{} was {what}, which the model forbids ({denial}): {} -> {}",
+                path.display(),
+                brief(was),
+                brief(is)
             ));
         }
     }
@@ -822,6 +841,27 @@ fn apply_everything(mut session: garuda_staging::Session, mark: &garuda_staging:
         }
     }
     let _ = session.close();
+}
+
+/// An entry in a few words, for a finding.
+fn brief(entry: Option<&Entry>) -> String {
+    match entry {
+        None => "nothing".into(),
+        Some(Entry::File {
+            mode,
+            content,
+            ctime,
+        }) => format!(
+            "file mode {mode:o}, {} bytes {}, ctime {}.{:09}",
+            content.len(),
+            fnv(content),
+            ctime.0,
+            ctime.1
+        ),
+        Some(Entry::Dir { mode }) => format!("folder mode {mode:o}"),
+        Some(Entry::Link(target)) => format!("link to {}", target.display()),
+        Some(Entry::Other) => "something else".into(),
+    }
 }
 
 /// The entries of `after` that are not the same in `before`, and those that went: every path
@@ -903,14 +943,14 @@ pub fn remove_tree(base: &Path) {
 
 /// How much of the generated cases ran, per executor: (cases refused by the policy, cases
 /// run, operations answered `ok`, operations refused with a permission error, other answers,
-/// swaps raced),
+/// swaps raced, cases whose sandbox refused to start),
 /// and the time spent in its cases (tree, policy, run, checks). Keyed by the run's tag and the
 /// executor.
 static STATS: std::sync::Mutex<BTreeMap<(String, String), Counts>> =
     std::sync::Mutex::new(BTreeMap::new());
 
 /// One row of [`STATS`].
-type Counts = ([u64; 6], Duration);
+type Counts = ([u64; 7], Duration);
 
 fn count(tag: &str, kind: ExecutorKind, run: &Run, took: Duration) {
     let mut stats = STATS
@@ -921,6 +961,14 @@ fn count(tag: &str, kind: ExecutorKind, run: &Run, took: Duration) {
         .or_default();
     *time += took;
     row[5] += run.swaps;
+    if run
+        .results
+        .iter()
+        .any(|r| r.starts_with("refused: sandbox setup failed"))
+    {
+        row[6] += 1;
+        return;
+    }
     if run.results.iter().any(|r| r.starts_with("refused")) {
         row[0] += 1;
         return;
@@ -1008,14 +1056,15 @@ pub fn counts(tag: &str) -> Vec<String> {
         .filter(|((t, _), _)| t == tag)
         .map(|((_, kind), (row, time))| {
             format!(
-                "executor_diff {tag} {kind}: {} case(s) refused by the policy, {} run; operations: {} ok, {} refused (EACCES/EPERM/EROFS), {} other answers; {} folder-for-link swaps raced; {:.1} cases/s",
+                "executor_diff {tag} {kind}: {} case(s) refused by the policy, {} by the sandbox's setup (fail closed), {} run; operations: {} ok, {} refused (EACCES/EPERM/EROFS), {} other answers; {} folder-for-link swaps raced; {:.1} cases/s",
                 row[0],
+                row[6],
                 row[1],
                 row[2],
                 row[3],
                 row[4],
                 row[5],
-                (row[0] + row[1]) as f64 / time.as_secs_f64().max(1e-9)
+                (row[0] + row[1] + row[6]) as f64 / time.as_secs_f64().max(1e-9)
             )
         })
         .collect()

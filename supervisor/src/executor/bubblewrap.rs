@@ -30,7 +30,7 @@ use garuda_policy::{ExecPolicy, NetworkMode};
 
 use super::capture::{join_reader, spawn_reader, wait_child};
 use super::layout::{layout, Op};
-use super::{CommandSpec, ExecError, Executor, ExecutorKind, Outcome, StdioMode};
+use super::{CommandSpec, ExecError, Executor, ExecutorKind, ExitStatus, Outcome, StdioMode};
 use crate::netbridge;
 use crate::sys;
 
@@ -49,6 +49,11 @@ pub struct Fds {
     /// the path there (refusing a link in any component) and bwrap binds it
     /// (`--bind /proc/self/fd/N`, `--ro-bind /proc/self/fd/N`).
     pub binds: Vec<i32>,
+    /// Where bwrap reports the command's start and, once it ran, its exit code as JSON lines
+    /// (`--json-status-fd`, bubblewrap 0.3.2 and later): an exit with no `exit-code` line is
+    /// bwrap's own setup failure, not the command's exit code. `None`: not asked for (the
+    /// benchmarks' bare bwrap).
+    pub status: Option<i32>,
 }
 
 /// The bwrap arguments (without the program name) for `cmd` under `policy`.
@@ -135,8 +140,12 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
         cwd.as_os_str(),
         "--add-seccomp-fd".as_ref(),
         seccomp.as_ref(),
-        "--".as_ref(),
     ]);
+    if let Some(fd) = fds.status {
+        let fd = fd.to_string();
+        push(&["--json-status-fd".as_ref(), fd.as_ref()]);
+    }
+    push(&["--".as_ref()]);
     a.extend(cmd.argv.iter().cloned());
     a
 }
@@ -471,10 +480,12 @@ impl Executor for BubblewrapExecutor {
             .collect::<Result<_, _>>()
             .map_err(setup("empty-file memfd"))?;
         let reserved = reserve_binds(policy).map_err(setup("reserve bind descriptors"))?;
+        let (status_read, status_write) = sys::pipe().map_err(setup("status pipe"))?;
         let fds = Fds {
             seccomp: seccomp_fd.as_raw_fd(),
             empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
             binds: reserved.iter().map(|f| f.as_raw_fd()).collect(),
+            status: Some(status_write.as_raw_fd()),
         };
         let mut command = Command::new(&bwrap);
         command
@@ -530,6 +541,7 @@ impl Executor for BubblewrapExecutor {
         };
         let mut keep = fds.empty.clone();
         keep.push(fds.seccomp);
+        keep.push(status_write.as_raw_fd());
         let namespaces = sys::BwrapNamespaces {
             uid_map: sys::id_map(sys::current_uid()),
             gid_map: sys::id_map(sys::current_gid()),
@@ -577,6 +589,8 @@ impl Executor for BubblewrapExecutor {
         drop(seccomp_fd);
         drop(empties);
         drop(reserved);
+        // bwrap has its copy: ours must go for the read below to see the end.
+        drop(status_write);
         let received = receiving.map(|thread| {
             thread.join().unwrap_or_else(|_| {
                 Err(netbridge::BridgeError::Start(std::io::Error::other(
@@ -621,20 +635,91 @@ impl Executor for BubblewrapExecutor {
         drop(bridge);
         let lookups = stub.map(crate::dnsstub::Stub::stop).unwrap_or_default();
         remove_limit(&limit);
+        let status = status?;
+        let stdout = join_reader(out)?;
+        let stderr = join_reader(err)?;
+        let reported = sys::read_to_end(&status_read).unwrap_or_default();
+        if let Some(error) = setup_failure(status, &reported, stdio, &stderr.text()) {
+            return Err(ExecError::Setup {
+                stage: "bwrap".into(),
+                error,
+            });
+        }
         Ok(Outcome {
-            status: status?,
-            stdout: join_reader(out)?,
-            stderr: join_reader(err)?,
+            status,
+            stdout,
+            stderr,
             duration: start.elapsed(),
             lookups,
         })
     }
 }
 
+/// bwrap's own setup failure, told apart from the command's exit code: bwrap exited normally
+/// but never reported the command's exit (`--json-status-fd` writes `exit-code` only once the
+/// command ran). A signal or the timeout that ended bwrap during its setup stays what it is.
+/// The error carries bwrap's last line on stderr when it was captured.
+fn setup_failure(
+    status: ExitStatus,
+    reported: &[u8],
+    stdio: StdioMode,
+    stderr: &str,
+) -> Option<std::io::Error> {
+    let ExitStatus::Code(code) = status else {
+        return None;
+    };
+    if String::from_utf8_lossy(reported).contains("\"exit-code\"") {
+        return None;
+    }
+    let said = match stdio {
+        StdioMode::Capture => stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map_or_else(String::new, |l| format!(": {}", l.trim())),
+        StdioMode::Inherit => " (its message is above)".into(),
+    };
+    Some(std::io::Error::other(format!(
+        "bwrap exited {code} before the command started{said}"
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use garuda_policy::{Limits, NetworkMode};
+
+    #[test]
+    fn an_exit_bwrap_did_not_report_is_its_own_setup_failure() {
+        let capture = StdioMode::Capture;
+        let failed = setup_failure(
+            ExitStatus::Code(1),
+            b"{ \"child-pid\": 12 }\n",
+            capture,
+            "bwrap: Can't find source path /x: No such file or directory\n",
+        );
+        assert_eq!(
+            failed.map(|e| e.to_string()).as_deref(),
+            Some("bwrap exited 1 before the command started: bwrap: Can't find source path /x: No such file or directory")
+        );
+        // The command ran and exited 1: its own code (the control).
+        assert!(setup_failure(
+            ExitStatus::Code(1),
+            b"{ \"child-pid\": 12 }\n{ \"exit-code\": 1 }\n",
+            capture,
+            "bwrap: looks like bwrap\n",
+        )
+        .is_none());
+        // Ended by a signal or the timeout during setup: not a setup failure.
+        assert!(setup_failure(ExitStatus::Signal(9), b"", capture, "").is_none());
+        assert!(setup_failure(ExitStatus::TimedOut, b"", capture, "").is_none());
+        assert_eq!(
+            setup_failure(ExitStatus::Code(1), b"", StdioMode::Inherit, "")
+                .map(|e| e.to_string())
+                .as_deref(),
+            Some("bwrap exited 1 before the command started (its message is above)")
+        );
+    }
 
     #[test]
     fn version_parsing() {
@@ -668,6 +753,7 @@ mod tests {
             seccomp: 7,
             empty: vec![9],
             binds: vec![11, 12, 13, 14, 15],
+            status: Some(16),
         };
         // The spawn hook opens these, in this order, at descriptors 11 to 15.
         assert_eq!(
@@ -712,6 +798,7 @@ mod tests {
             "--perms", "0000", "--ro-bind-data", "9", "$ROOT/.env",
             "--chdir", "$ROOT",
             "--add-seccomp-fd", "7",
+            "--json-status-fd", "16",
             "--",
             "sh", "-c", "echo hi; rm -rf /",
         ];
@@ -741,6 +828,7 @@ mod tests {
             "--perms", "0000", "--ro-bind-data", "9", "$ROOT/.env",
             "--chdir", "$ROOT",
             "--add-seccomp-fd", "7",
+            "--json-status-fd", "16",
             "--",
             "sh", "-c", "echo hi; rm -rf /",
         ];

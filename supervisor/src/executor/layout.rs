@@ -27,7 +27,9 @@
 //!    `logs`), bound read-write again; then the read-only paths that lie inside a hole, with
 //!    their own pins. A hole that is not inside a read-only path of the layout is dropped: it
 //!    must never open anything else;
-//! 9. unreadable paths (secrets): a directory becomes an empty, read-only tmpfs with mode 000,
+//! 9. unreadable paths (secrets): the folders between their writable place and them pinned as
+//!    in step 7 (so a rename above a secret cannot carry it out from under the path the next
+//!    command's policy names), then a directory becomes an empty, read-only tmpfs with mode 000,
 //!    a file an empty read-only file with mode 000 — reading fails with `EACCES`, and neither
 //!    `chmod` nor `unlink` can undo it (read-only mount, busy mount point).
 //!
@@ -181,6 +183,31 @@ pub fn layout(policy: &ExecPolicy) -> Vec<Op> {
     ops.extend(read_only_steps(false));
     ops.extend(holes.iter().map(|h| Op::WritableHole((*h).clone())));
     ops.extend(read_only_steps(true));
+    // A secret named by its path (`sandbox.unreadable`) inside a writable place: every folder
+    // between that place and the secret is pinned too, or `mv d d2` would carry the secret out
+    // from under its path, and the next command, whose policy still names `d/secret`, would
+    // read `d2/secret` (found by the differential fuzzer). Secrets found by name (`.env`) are
+    // found again wherever they go; the pins cost nothing there either.
+    let mut secret_pins: Vec<PathBuf> = Vec::new();
+    for p in &policy.unreadable_paths {
+        if !visible(p) || under_any(p, &hidden) {
+            continue;
+        }
+        let Some((root, _)) = container(p) else {
+            continue;
+        };
+        for a in p.ancestors().skip(1) {
+            if a == root.as_path() || !a.starts_with(&root) {
+                break;
+            }
+            if !covered(a) && !ops.contains(&Op::Pin(a.to_path_buf())) {
+                secret_pins.push(a.to_path_buf());
+            }
+        }
+    }
+    secret_pins.sort_by_key(|p| (p.components().count(), p.clone()));
+    secret_pins.dedup();
+    ops.extend(secret_pins.into_iter().map(Op::Pin));
     for p in &policy.unreadable_paths {
         if !visible(p) || under_any(p, &hidden) {
             continue;
