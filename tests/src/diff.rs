@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fs;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -485,17 +486,54 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, Entry> {
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
+        // A folder the command made `chmod 600` cannot be listed by an ordinary user: opened
+        // for the look and given its mode back (the tree is the harness's own), so that its
+        // entries do not read as deleted.
+        let restore = fs::symlink_metadata(&dir)
+            .ok()
+            .map(|m| m.permissions().mode() & 0o7777)
+            .filter(|mode| mode & 0o500 != 0o500);
+        if let Some(mode) = restore {
+            let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(mode | 0o700));
+        }
+        let listed: Vec<fs::DirEntry> = fs::read_dir(&dir)
+            .map(|entries| entries.flatten().collect())
+            .unwrap_or_default();
+        // Read each file before the mode goes back.
+        let mut found = Vec::new();
+        for e in listed {
             let path = e.path();
             let Ok(meta) = fs::symlink_metadata(&path) else {
                 continue;
             };
+            found.push((path, meta));
+        }
+        let mut files = Vec::new();
+        for (path, meta) in found {
+            let ft = meta.file_type();
+            let content = if ft.is_file() {
+                Some(fs::read(&path).unwrap_or_default())
+            } else if ft.is_symlink() {
+                Some(
+                    fs::read_link(&path)
+                        .unwrap_or_default()
+                        .into_os_string()
+                        .into_vec(),
+                )
+            } else {
+                None
+            };
+            files.push((path, meta, content));
+        }
+        if let Some(mode) = restore {
+            let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(mode));
+        }
+        for (path, meta, content) in files {
             let ft = meta.file_type();
             let entry = if ft.is_symlink() {
-                Entry::Link(fs::read_link(&path).unwrap_or_default())
+                Entry::Link(PathBuf::from(OsString::from_vec(
+                    content.unwrap_or_default(),
+                )))
             } else if ft.is_dir() {
                 stack.push(path.clone());
                 Entry::Dir {
@@ -504,7 +542,7 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, Entry> {
             } else if ft.is_file() {
                 Entry::File {
                     mode: meta.permissions().mode(),
-                    content: fs::read(&path).unwrap_or_default(),
+                    content: content.unwrap_or_default(),
                     ctime: (meta.ctime(), meta.ctime_nsec()),
                 }
             } else {
