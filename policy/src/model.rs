@@ -93,7 +93,11 @@ impl fmt::Display for Denial {
 
 /// The model's answer for `access` to the canonical path `path` under `policy`.
 pub fn decide(policy: &ExecPolicy, access: Access, path: &Path) -> Result<(), Denial> {
-    if replaced_by_sandbox(path) || path.starts_with("/tmp") {
+    // A writable root under `/tmp` (a project in `/tmp/proj`) is bound into the private
+    // `/tmp` at its own path: shared, judged like any other.
+    if replaced_by_sandbox(path)
+        || (path.starts_with("/tmp") && !policy.is_under_writable_root(path))
+    {
         return Err(Denial::ReplacedBySandbox);
     }
     if let Some(secret) = policy.unreadable_paths.iter().find(|s| path.starts_with(s)) {
@@ -182,6 +186,18 @@ mod tests {
             );
             assert_eq!(ok(a, "/tmp/x"), Err(Denial::ReplacedBySandbox));
         }
+        // A project under /tmp is the host's, shared into the private /tmp (control: the rest
+        // of /tmp is the sandbox's own).
+        let mut in_tmp = policy();
+        in_tmp.writable_roots.push("/tmp/proj".into());
+        assert_eq!(
+            decide(&in_tmp, Access::Write, Path::new("/tmp/proj/x")),
+            Ok(())
+        );
+        assert_eq!(
+            decide(&in_tmp, Access::Write, Path::new("/tmp/other")),
+            Err(Denial::ReplacedBySandbox)
+        );
         // A hole outside the read-only path opens nothing.
         assert_eq!(
             ok(Access::Write, "/w/p/.garuda/objects"),

@@ -260,6 +260,7 @@ fn main() {
                         empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
                         binds: binds.iter().map(|f| f.as_raw_fd()).collect(),
                         status: None,
+                        exec: None,
                     };
                     run_ok(
                         &mut bubblewrap::bare_command(&bwrap, pol, &pol.project_root, c, &fds),

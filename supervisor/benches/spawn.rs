@@ -61,6 +61,7 @@ fn bare_bwrap<'a>(policy: &'a ExecPolicy, cmd: &'a CommandSpec) -> impl FnMut() 
         empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
         binds: binds.iter().map(|f| f.as_raw_fd()).collect(),
         status: None,
+        exec: None,
     };
     let bwrap = bubblewrap::bwrap_path().expect("bwrap");
     move || {

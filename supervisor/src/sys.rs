@@ -779,6 +779,20 @@ pub const CHANNEL_FD: RawFd = 3;
 /// become the reaper: `[REAPER_ARGV0, command pid, report fd]`, with an empty environment.
 pub const REAPER_ARGV0: &CStr = c"garuda-sandbox-init";
 
+/// The bubblewrap executor's last step before the command: bwrap executes the supervisor's own
+/// file through `/proc/self/fd/N` with `argv = [that path, EXEC_CLOSED_ARGV1, command…]`, and
+/// [`reaper_hook`] then closes every descriptor above stdio and executes the command. bwrap
+/// hands the command every descriptor it inherited, among them the spawn hook's held bind
+/// sources: `O_PATH` handles on the host's own mounts, through which `/proc/self/fd/N/...`
+/// reaches past every read-only bind and mask (a command wrote the host's `.git/config`
+/// through one). bwrap 0.8 has no option to close them.
+pub const EXEC_CLOSED_ARGV1: &CStr = c"garuda-exec-closed";
+
+/// Keeps [`REAPER_HOOK`] linked into a binary that runs the bubblewrap executor only.
+pub fn keep_exec_hook() {
+    std::hint::black_box(&REAPER_HOOK);
+}
+
 /// Open this process's own executable (`/proc/self/exe`, followed) as an `O_PATH`,
 /// close-on-exec handle. Executing the handle runs the very file the supervisor runs, even if
 /// the path was replaced or removed since, and needs no path inside the sandbox.
@@ -1300,15 +1314,61 @@ fn become_reaper(plan: &NativePlan, cmd: libc::pid_t) -> (Stage, i32) {
 /// `.init_array`, before the Rust runtime and `main`. [`spawn_native`] refers to this static,
 /// so the linker keeps it wherever the executor is linked.
 // SAFETY: `.init_array` holds `extern "C"` functions that the C runtime calls once at start,
-// before `main` (glibc passes argc, argv and envp, which a C function taking no arguments
-// ignores); `reaper_hook` has that type, uses only its stack and system calls, and returns
-// normally when the process is not the reaper.
+// before `main`; glibc calls each with `(argc, argv, envp)`, the process's own, which is the
+// type of `reaper_hook`. It uses only its stack, those arrays (read, never written) and system
+// calls, and returns normally when the process is neither the reaper nor the exec step.
 #[used]
 #[link_section = ".init_array"]
-static REAPER_HOOK: extern "C" fn() = reaper_hook;
+static REAPER_HOOK: extern "C" fn(
+    libc::c_int,
+    *const *const libc::c_char,
+    *const *const libc::c_char,
+) = reaper_hook;
+
+/// The bubblewrap executor's exec step ([`EXEC_CLOSED_ARGV1`]): only a process executed
+/// through `/proc/self/fd/` (the kernel's `AT_EXECFN`) whose `argv[1]` is the marker; every
+/// descriptor above stdio is closed, then `argv[2..]` is executed (`PATH` searched, as bwrap
+/// did). Never returns once it acts: a failed `execvp` exits 127 (not found) or 126, as a
+/// shell would, after saying why on stderr.
+fn exec_closed(argc: libc::c_int, argv: *const *const libc::c_char) {
+    // SAFETY: getauxval reads the process's auxiliary vector; AT_EXECFN is a pointer to a
+    // NUL-terminated string the kernel put on the stack, or 0.
+    let execfn = unsafe { libc::getauxval(libc::AT_EXECFN) } as *const libc::c_char;
+    if execfn.is_null() || argc < 3 || argv.is_null() {
+        return;
+    }
+    // SAFETY: `execfn` is the kernel's NUL-terminated string (checked not null above).
+    let execfn = unsafe { CStr::from_ptr(execfn) };
+    if !execfn.to_bytes().starts_with(b"/proc/self/fd/") {
+        return;
+    }
+    // SAFETY: glibc passes the process's argv: `argc` valid pointers to NUL-terminated strings
+    // and a null one after them; argc >= 3 was checked.
+    let marker = unsafe { CStr::from_ptr(*argv.add(1)) };
+    if marker != EXEC_CLOSED_ARGV1 {
+        return;
+    }
+    close_from(3);
+    // SAFETY: argv[2..] is a NULL-terminated array of NUL-terminated strings (the process's own
+    // argv, past its first two entries).
+    unsafe { libc::execvp(*argv.add(2), argv.add(2)) };
+    let e = errno();
+    let msg: &[u8] = if e == libc::ENOENT {
+        b"garuda: the command was not found in the sandbox\n"
+    } else {
+        b"garuda: the command could not be executed in the sandbox\n"
+    };
+    // SAFETY: writing a static buffer to stderr, then ending the process before `main`.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(if e == libc::ENOENT { 127 } else { 126 })
+    }
+}
 
 /// Runs before `main` in every process of a binary that links this library, so it does almost
-/// nothing: unless this process is PID 1 of its namespace it returns after one `getpid`. The
+/// nothing: unless this process is PID 1 of its namespace it returns after one `getpid` and
+/// one `getauxval` (the bubblewrap executor's exec step, [`exec_closed`], acts only on a
+/// process executed through `/proc/self/fd/` with its marker as `argv[1]`). The
 /// landlock executor's PID 1 executes the supervisor's own file with
 /// `argv = [REAPER_ARGV0, command pid, report fd]` (see [`become_reaper`]); that process reads
 /// its command line from `/proc/self/cmdline` (the C runtime's way of passing `argv` to these
@@ -1320,9 +1380,14 @@ static REAPER_HOOK: extern "C" fn() = reaper_hook;
 /// It then exits with [`SETUP_FAILED_EXIT`]: falling through to `main` would run the
 /// supervisor (or a test binary's harness, with the numbers as test filters) as the sandbox's
 /// PID 1, and its exit code would pass for the command's.
-extern "C" fn reaper_hook() {
+extern "C" fn reaper_hook(
+    argc: libc::c_int,
+    argv: *const *const libc::c_char,
+    _envp: *const *const libc::c_char,
+) {
     // SAFETY: getpid cannot fail.
     if unsafe { libc::getpid() } != 1 {
+        exec_closed(argc, argv);
         return;
     }
     let mut buf = [0u8; 128];

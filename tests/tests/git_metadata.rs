@@ -823,3 +823,103 @@ fn a_hole_or_pin_swapped_for_a_link_after_the_walk_is_refused_at_bind_time() {
         }
     }
 }
+
+/// The command tries every descriptor it holds as a way around the mounts: append to
+/// `/proc/self/fd/N/.git/config` and `/proc/self/fd/N/config`, read `/proc/self/fd/N/.env`.
+/// bwrap inherits the spawn hook's held bind sources (`O_PATH` handles on the host's own
+/// mounts) and used to hand them to the command, through which both worked (the host's
+/// `.git/config` written, a masked `.env` read). Found in the review of the differential
+/// fuzzer's change; the fuzzer's operations go by path and could not see it.
+const THROUGH_DESCRIPTORS: &str = r#"for f in /proc/self/fd/*; do
+  n=${f##*/}
+  [ "$n" -gt 2 ] || continue
+  (echo '#planted' >> "$f/.git/config") 2>/dev/null && echo "WROTE $n/.git/config"
+  (echo '#planted' >> "$f/config") 2>/dev/null && echo "WROTE $n/config"
+  cat "$f/.env" 2>/dev/null
+done
+echo checked"#;
+
+fn git_config_planted(fx: &util::Fixture) -> bool {
+    fs::read_to_string(fx.project.join(".git/config"))
+        .unwrap()
+        .contains("#planted")
+}
+
+/// On both sandboxes no descriptor above stdio reaches the command: nothing is written
+/// through one and no secret read. Control: the same script under bwrap with the executor's
+/// own arguments but without its exec step (bwrap executing the command itself, as before the
+/// fix) writes the host's `.git/config` through a held descriptor.
+#[test]
+fn no_held_descriptor_reaches_the_command() {
+    let mut ran = 0;
+    for kind in SANDBOXES {
+        if !available(kind) {
+            continue;
+        }
+        ran += 1;
+        let fx = util::Fixture::new(&format!("fds-{kind}"));
+        let out = executor_of(kind)
+            .run(
+                &CommandSpec::new(["/bin/sh", "-c", THROUGH_DESCRIPTORS]),
+                &fx.policy,
+                StdioMode::Capture,
+            )
+            .unwrap();
+        let said = text(&out.stdout.bytes);
+        assert!(
+            said.ends_with("checked\n"),
+            "{kind}: {said:?} {:?}",
+            out.stderr.text()
+        );
+        assert!(!said.contains("WROTE"), "{kind}: {said}");
+        assert!(!said.contains("SECRET_IN_PROJECT"), "{kind}: {said}");
+        assert!(
+            !git_config_planted(&fx),
+            "{kind}: the host's .git/config was written"
+        );
+    }
+    assert!(ran > 0, "no sandbox executor to test");
+
+    // The control: bwrap with the executor's arguments, no exec step.
+    if !available(ExecutorKind::Bubblewrap) {
+        return;
+    }
+    use garuda_supervisor::executor::bubblewrap;
+    use std::io::{Seek, Write};
+    use std::os::fd::AsRawFd;
+    let fx = util::Fixture::new("fds-control");
+    let program = garuda_supervisor::executor::seccomp::program().unwrap();
+    let mut seccomp = tempfile::tempfile().unwrap();
+    seccomp
+        .write_all(&garuda_supervisor::executor::seccomp::program_bytes(
+            &program,
+        ))
+        .unwrap();
+    seccomp.rewind().unwrap();
+    let empties: Vec<fs::File> = (0..bubblewrap::empty_files_needed(&fx.policy))
+        .map(|_| tempfile::tempfile().unwrap())
+        .collect();
+    let binds = bubblewrap::reserve_binds(&fx.policy).unwrap();
+    let fds = bubblewrap::Fds {
+        seccomp: seccomp.as_raw_fd(),
+        empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
+        binds: binds.iter().map(|f| f.as_raw_fd()).collect(),
+        status: None,
+        exec: None,
+    };
+    let cmd = CommandSpec::new(["/bin/sh", "-c", THROUGH_DESCRIPTORS]);
+    let bwrap = bubblewrap::bwrap_path().unwrap();
+    let out = bubblewrap::bare_command(&bwrap, &fx.policy, &fx.project, &cmd, &fds)
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("WROTE"),
+        "control: {said:?} {:?}",
+        text(&out.stderr)
+    );
+    assert!(
+        git_config_planted(&fx),
+        "control: the host's .git/config stayed"
+    );
+}

@@ -54,6 +54,12 @@ pub struct Fds {
     /// bwrap's own setup failure, not the command's exit code. `None`: not asked for (the
     /// benchmarks' bare bwrap).
     pub status: Option<i32>,
+    /// The supervisor's own executable (an `O_PATH` handle): bwrap executes it through
+    /// `/proc/self/fd/N` as the exec step ([`sys::EXEC_CLOSED_ARGV1`]), which closes every
+    /// descriptor above stdio, the held bind sources among them, before it executes the
+    /// command. `None`: bwrap executes the command itself (the benchmarks' bare bwrap, which
+    /// holds no handle the command could use).
+    pub exec: Option<i32>,
 }
 
 /// The bwrap arguments (without the program name) for `cmd` under `policy`.
@@ -146,6 +152,10 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
         push(&["--json-status-fd".as_ref(), fd.as_ref()]);
     }
     push(&["--".as_ref()]);
+    if let Some(fd) = fds.exec {
+        a.push(format!("/proc/self/fd/{fd}").into());
+        a.push(std::ffi::OsStr::from_bytes(sys::EXEC_CLOSED_ARGV1.to_bytes()).to_os_string());
+    }
     a.extend(cmd.argv.iter().cloned());
     a
 }
@@ -481,11 +491,16 @@ impl Executor for BubblewrapExecutor {
             .map_err(setup("empty-file memfd"))?;
         let reserved = reserve_binds(policy).map_err(setup("reserve bind descriptors"))?;
         let (status_read, status_write) = sys::pipe().map_err(setup("status pipe"))?;
+        // The exec step runs the supervisor's own file in the sandbox (kept linked here).
+        sys::keep_exec_hook();
+        let own_exe =
+            sys::open_own_executable().map_err(setup("open the supervisor's executable"))?;
         let fds = Fds {
             seccomp: seccomp_fd.as_raw_fd(),
             empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
             binds: reserved.iter().map(|f| f.as_raw_fd()).collect(),
             status: Some(status_write.as_raw_fd()),
+            exec: Some(own_exe.as_raw_fd()),
         };
         let mut command = Command::new(&bwrap);
         command
@@ -542,6 +557,7 @@ impl Executor for BubblewrapExecutor {
         let mut keep = fds.empty.clone();
         keep.push(fds.seccomp);
         keep.push(status_write.as_raw_fd());
+        keep.push(own_exe.as_raw_fd());
         let namespaces = sys::BwrapNamespaces {
             uid_map: sys::id_map(sys::current_uid()),
             gid_map: sys::id_map(sys::current_gid()),
@@ -591,6 +607,7 @@ impl Executor for BubblewrapExecutor {
         drop(reserved);
         // bwrap has its copy: ours must go for the read below to see the end.
         drop(status_write);
+        drop(own_exe);
         let received = receiving.map(|thread| {
             thread.join().unwrap_or_else(|_| {
                 Err(netbridge::BridgeError::Start(std::io::Error::other(
@@ -754,6 +771,7 @@ mod tests {
             empty: vec![9],
             binds: vec![11, 12, 13, 14, 15],
             status: Some(16),
+            exec: Some(17),
         };
         // The spawn hook opens these, in this order, at descriptors 11 to 15.
         assert_eq!(
@@ -800,6 +818,7 @@ mod tests {
             "--add-seccomp-fd", "7",
             "--json-status-fd", "16",
             "--",
+            "/proc/self/fd/17", "garuda-exec-closed",
             "sh", "-c", "echo hi; rm -rf /",
         ];
         assert_eq!(golden_for(NetworkMode::Isolated), want);
@@ -830,6 +849,7 @@ mod tests {
             "--add-seccomp-fd", "7",
             "--json-status-fd", "16",
             "--",
+            "/proc/self/fd/17", "garuda-exec-closed",
             "sh", "-c", "echo hi; rm -rf /",
         ];
         let got = golden_for(NetworkMode::Proxy {
