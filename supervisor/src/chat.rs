@@ -633,7 +633,11 @@ pub(crate) fn run_bang(
             say(format!("· !{} → refused: {}", v(command), v(&message)));
             format!("[The user tried to run `{command}`; it was refused: {message}]")
         }
-        _ => String::new(),
+        // Not an answer to a command: said, and nothing goes to the model.
+        _ => {
+            say(format!("· !{} → no result came back", v(command)));
+            String::new()
+        }
     })
 }
 

@@ -165,6 +165,20 @@ fn saved_regressions_replay() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// A direct case with `.garuda`, no second sandbox and no policy file.
+fn plain_case(git: GitShape, links: Vec<Link>, ops: Vec<Op>) -> Case {
+    Case {
+        git,
+        garuda: true,
+        staged: false,
+        second: vec![],
+        race: false,
+        user: Default::default(),
+        links,
+        ops,
+    }
+}
+
 /// The negative control: the host executor (no sandbox) runs cases that break each check, and
 /// the harness catches each: a secret read through a link, a write in the home, git's hook
 /// rewritten, the git folder renamed away, a linked hooks folder removed and a missing
@@ -175,98 +189,54 @@ fn saved_regressions_replay() {
 fn the_harness_catches_the_host_executor() {
     let kinds = sandboxes();
     let base = case_base("control");
+    let link = |at: &str, target: &str| Link {
+        at: at.into(),
+        target: target.into(),
+    };
     let cases = [
+        plain_case(
+            GitShape::Folder,
+            vec![link("project/l1", "@/home/.ssh/id_ed25519")],
+            vec![Op::ReadAll("project/l1".into())],
+        ),
+        plain_case(
+            GitShape::Folder,
+            vec![],
+            vec![Op::Write("home/notes.txt".into())],
+        ),
+        plain_case(
+            GitShape::GitdirFile,
+            vec![],
+            vec![Op::Append("project/GITDIR/hooks/pre-commit".into())],
+        ),
+        plain_case(
+            GitShape::Folder,
+            vec![],
+            vec![Op::Rename("project/.git".into(), "project/new".into())],
+        ),
         Case {
-            git: GitShape::Folder,
-            garuda: true,
-            staged: false,
-            second: vec![],
-            race: false,
-            user: Default::default(),
-            links: vec![Link {
-                at: "project/l1".into(),
-                target: "@/home/.ssh/id_ed25519".into(),
-            }],
-            ops: vec![Op::ReadAll("project/l1".into())],
-        },
-        Case {
-            git: GitShape::Folder,
-            garuda: true,
-            staged: false,
-            second: vec![],
-            race: false,
-            user: Default::default(),
-            links: vec![],
-            ops: vec![Op::Write("home/notes.txt".into())],
-        },
-        Case {
-            git: GitShape::GitdirFile,
-            garuda: true,
-            staged: false,
-            second: vec![],
-            race: false,
-            user: Default::default(),
-            links: vec![],
-            ops: vec![Op::Append("project/GITDIR/hooks/pre-commit".into())],
-        },
-        Case {
-            git: GitShape::Folder,
-            garuda: true,
-            staged: false,
-            second: vec![],
-            race: false,
-            user: Default::default(),
-            links: vec![],
-            ops: vec![Op::Rename("project/.git".into(), "project/new".into())],
-        },
-        Case {
-            git: GitShape::HooksLink,
             garuda: false,
-            staged: false,
-            second: vec![],
-            race: false,
-            user: Default::default(),
-            links: vec![],
-            ops: vec![
-                Op::Unlink("project/GITDIR/hooks".into()),
-                Op::Mkdir("project/.garuda".into()),
-            ],
+            ..plain_case(
+                GitShape::HooksLink,
+                vec![],
+                vec![
+                    Op::Unlink("project/GITDIR/hooks".into()),
+                    Op::Mkdir("project/.garuda".into()),
+                ],
+            )
         },
+        plain_case(GitShape::Folder, vec![], vec![Op::TcpConnectHost]),
+        plain_case(GitShape::Folder, vec![], vec![Op::UdpSendHost]),
         Case {
-            git: GitShape::Folder,
-            garuda: true,
-            staged: false,
-            second: vec![],
-            race: false,
-            user: Default::default(),
-            links: vec![],
-            ops: vec![Op::TcpConnectHost],
-        },
-        Case {
-            git: GitShape::Folder,
-            garuda: true,
-            staged: false,
-            second: vec![],
-            race: false,
-            user: Default::default(),
-            links: vec![],
-            ops: vec![Op::UdpSendHost],
-        },
-        Case {
-            git: GitShape::Folder,
-            garuda: true,
-            staged: false,
-            second: vec![],
-            race: false,
             user: garuda_tests::diff::UserPolicy {
                 unreadable_file: true,
                 ..Default::default()
             },
-            links: vec![Link {
-                at: "project/l1".into(),
-                target: "@/project/d".into(),
-            }],
-            ops: vec![Op::ReadAll("project/l1/b.txt".into())],
+            ..plain_case(
+                GitShape::Folder,
+                vec![link("project/l1", "@/project/d")],
+                vec![Op::ReadAll("project/l1/b.txt".into())],
+            )
         },
     ];
     for case in &cases {
@@ -300,14 +270,8 @@ fn a_staged_change_is_applied_and_judged_like_a_direct_one() {
     ];
     for staged in [true, false] {
         let case = Case {
-            git: GitShape::Folder,
-            garuda: true,
             staged,
-            second: vec![],
-            race: false,
-            user: Default::default(),
-            links: vec![],
-            ops: ops.clone(),
+            ..plain_case(GitShape::Folder, vec![], ops.clone())
         };
         for &kind in &kinds {
             let run = run_case(Path::new(PROBE), kind, &base, &case);
