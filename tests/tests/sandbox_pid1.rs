@@ -366,11 +366,23 @@ fn the_canary_is_not_in_the_command_environment() {
     );
 }
 
-/// `garuda` as PID 1 of a namespace of its own (`unshare`), started by a shell that first
-/// forks a child and then executes `garuda` under `argv0` with `args` (`CHILD` stands for
-/// that child's pid): the exit code and stdout. The child exits 3 once PID 1 runs `garuda`
-/// (before that, the shell could reap it itself).
-fn garuda_as_pid1(argv0: &str, args: &[&str]) -> (Option<i32>, String) {
+/// The start-up program (`garuda_supervisor::executor::INIT_PROGRAM`) in a file of its own
+/// in a scratch folder, so that a test can execute it without the supervisor.
+fn init_program_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("garuda-init");
+    std::fs::write(&path, garuda_supervisor::executor::INIT_PROGRAM).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, path)
+}
+
+/// The start-up program as PID 1 of a namespace of its own (`unshare`), started by a shell
+/// that first forks a child and then executes the program under `argv0` with `args` (`CHILD`
+/// stands for that child's pid): the exit code and stdout and stderr. The child exits 3 once
+/// PID 1 runs the program (before that, the shell could reap it itself).
+fn init_as_pid1(argv0: &str, args: &[&str]) -> (Option<i32>, String) {
+    let (_dir, program) = init_program_file();
     let script = r#"a0=$1; g=$(readlink -f "$2"); shift 2
 (until [ "$(readlink /proc/1/exe)" = "$g" ]; do :; done; exit 3) & child=$!
 args=(); for a in "$@"; do [ "$a" = CHILD ] && a=$child; args+=("$a"); done
@@ -388,51 +400,132 @@ exec -a "$a0" "$g" "${args[@]}""#;
             "sh",
             argv0,
         ])
-        .arg(util::garuda_bin().unwrap())
+        .arg(&program)
         .args(args)
         .env_clear()
         .env("PATH", util::SANDBOX_PATH)
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    // stdout, then stderr: a refusal before `main` prints nothing on either, and `main`'s own
-    // usage error (125 too) is told apart from it by its message.
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
     )
 }
 
-/// The reaper hook (`sys::reaper_hook`, run before `main` in every process of the `garuda`
-/// binary) takes over only a PID 1 named `garuda-sandbox-init`, and that name is reserved: such
-/// a PID 1 never reaches `main`, whatever follows the name. Controls: a PID 1 named `garuda`
-/// runs `main` (`--version` prints the version; two numbers are a usage error, 125), and the
-/// reaper's exact command line (the child's pid, a report descriptor) reaps the child and
-/// exits with its code (3).
+/// The reaper's exact command line (`garuda-sandbox-init`, the child's pid, a report
+/// descriptor) reaps the child and exits with its code (3); any other shape under that name,
+/// and any other name without the exec step's marker, exits 125 with nothing said and
+/// nothing reaped or run.
 #[test]
-fn the_reaper_name_is_reserved_for_pid_1() {
-    let (code, out) = garuda_as_pid1("garuda", &["--version"]);
-    assert!(
-        code == Some(0) && out.starts_with("garuda "),
-        "{code:?} {out:?}"
-    );
-    let (code, out) = garuda_as_pid1("garuda", &["CHILD", "1"]);
-    assert!(
-        code == Some(125) && out.starts_with("error: unrecognized subcommand '"),
-        "{code:?} {out:?}"
-    );
+fn the_start_up_program_reaps_only_with_the_reapers_command_line() {
     assert_eq!(
-        garuda_as_pid1("garuda-sandbox-init", &["CHILD", "1"]),
+        init_as_pid1("garuda-sandbox-init", &["CHILD", "1"]),
         (Some(3), String::new())
     );
-    // Not the reaper's shape: refused before `main`, never run as the supervisor.
-    for args in [&["--version"][..], &["CHILD", "1", "--version"], &[]] {
+    for args in [
+        &["--version"][..],
+        &["CHILD", "1", "--version"],
+        &[],
+        &["CHILD", "x1"],
+        &["CHILD", "1234567890"],
+    ] {
         assert_eq!(
-            garuda_as_pid1("garuda-sandbox-init", args),
+            init_as_pid1("garuda-sandbox-init", args),
             (Some(125), String::new()),
             "{args:?}"
         );
     }
+    assert_eq!(
+        init_as_pid1("garuda", &["CHILD", "1"]),
+        (Some(125), String::new())
+    );
+}
+
+/// The exec step (`ANY garuda-exec-closed CMD…`, what bwrap runs in the sandbox) closes every
+/// descriptor above stdio, then executes the command as `execvp` does: `PATH` searched, a file
+/// with no `#!` line run by `/bin/sh`, 127 when not found, 126 when not executable. Control:
+/// the same command started directly sees the descriptor the test left open (fd 7).
+#[test]
+fn the_exec_step_closes_inherited_descriptors_and_executes_as_execvp() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, program) = init_program_file();
+    // bash opens fd 7 (not close-on-exec) and executes either the command itself (the
+    // control) or the program under bwrap's kind of `argv[0]`, with the marker.
+    let run = |direct: bool, args: &[&str], path: Option<&str>| {
+        let mut c = Command::new("/bin/bash");
+        c.arg("-c");
+        if direct {
+            c.args([r#"exec 7</etc/hostname; shift; exec "$@""#, "bash", "-"]);
+        } else {
+            c.args([
+                r#"exec 7</etc/hostname; p=$1; shift; exec -a /proc/self/fd/9 "$p" garuda-exec-closed "$@""#,
+                "bash",
+            ]);
+            c.arg(&program);
+        }
+        c.args(args).env_clear().current_dir(dir.path());
+        if let Some(p) = path {
+            c.env("PATH", p);
+        }
+        let out = c.stdin(Stdio::null()).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let list = ["/bin/ls", "/proc/self/fd"];
+    // The control: the command started directly inherits fd 7 (and whatever else the test
+    // harness left open).
+    let (code, fds, _) = run(true, &list, None);
+    let fds: Vec<&str> = fds.lines().collect();
+    assert!(
+        code == Some(0) && fds.contains(&"7"),
+        "the control: {fds:?}"
+    );
+    // Through the exec step: stdio and `ls`'s own handle on the folder it lists.
+    let (code, fds, err) = run(false, &list, None);
+    assert_eq!(
+        (code, fds.lines().collect::<Vec<_>>(), err.as_str()),
+        (Some(0), vec!["0", "1", "2", "3"], "")
+    );
+
+    // PATH searched, past a folder where the name is not executable.
+    std::fs::create_dir(dir.path().join("bin")).unwrap();
+    std::fs::write(dir.path().join("bin/hello"), "echo not this one\n").unwrap();
+    let path = format!("{}/bin:/usr/bin:/bin", dir.path().display());
+    let (code, out, _) = run(false, &["echo", "hi"], Some(&path));
+    assert_eq!((code, out.as_str()), (Some(0), "hi\n"));
+    // A script with no `#!` line runs under /bin/sh, with its arguments.
+    let script = dir.path().join("bin/script");
+    std::fs::write(&script, "echo ran \"$0\" \"$1\"\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, out, _) = run(false, &["script", "A"], Some(&path));
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), format!("ran {} A\n", script.display()).as_str())
+    );
+    // Not found: 127; found but not executable (the `hello` above, mode 644): 126.
+    let (code, _, err) = run(false, &["no-such-command"], Some(&path));
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            Some(127),
+            "garuda: the command was not found in the sandbox\n"
+        )
+    );
+    let (code, _, err) = run(false, &["hello"], Some(&path));
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            Some(126),
+            "garuda: the command could not be executed in the sandbox\n"
+        )
+    );
+    // No PATH at all: glibc's default (/bin:/usr/bin).
+    let (code, out, _) = run(false, &["echo", "default"], None);
+    assert_eq!((code, out.as_str()), (Some(0), "default\n"));
 }
 
 /// State and start time of `pid` (`/proc/PID/stat`), `None` once it is gone.

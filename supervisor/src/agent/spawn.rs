@@ -14,7 +14,8 @@
 //! | `/empty` | an empty folder | the agent's working directory |
 //!
 //! The binary itself is never in the view: it is executed from a descriptor the supervisor
-//! opened ([`sys::open_own_executable`]), as PID 1's reaper is. Before `execve` the process
+//! opened ([`sys::open_own_executable`]); PID 1 becomes the reaper by executing another
+//! ([`sys::init_program`], the start-up program). Before `execve` the process
 //! is also under a first Landlock domain that allows only reading and executing beneath the
 //! view's root and the binary ("pre-exec"): no write anywhere, even during the dynamic
 //! loader's start. The agent then confines itself fully ([`super::confine`]).
@@ -416,7 +417,9 @@ pub fn spawn_agent(spec: AgentSpawn) -> Result<AgentProcess, AgentSpawnError> {
         bridge: bridge_plan,
         // The agent looks nothing up: its one path out is the proxy, by address.
         dns: None,
-        reaper_exe: exe.as_raw_fd(),
+        reaper_exe: sys::init_program()
+            .map_err(setup("the sandbox start-up program"))?
+            .as_raw_fd(),
         pid1_mounts,
         pass_fd: Some(theirs.as_raw_fd()),
     };

@@ -491,16 +491,14 @@ impl Executor for BubblewrapExecutor {
             .map_err(setup("empty-file memfd"))?;
         let reserved = reserve_binds(policy).map_err(setup("reserve bind descriptors"))?;
         let (status_read, status_write) = sys::pipe().map_err(setup("status pipe"))?;
-        // The exec step runs the supervisor's own file in the sandbox (kept linked here).
-        sys::keep_exec_hook();
-        let own_exe =
-            sys::open_own_executable().map_err(setup("open the supervisor's executable"))?;
+        // The exec step: the start-up program closes bwrap's descriptors, then executes.
+        let init = sys::init_program().map_err(setup("the sandbox start-up program"))?;
         let fds = Fds {
             seccomp: seccomp_fd.as_raw_fd(),
             empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
             binds: reserved.iter().map(|f| f.as_raw_fd()).collect(),
             status: Some(status_write.as_raw_fd()),
-            exec: Some(own_exe.as_raw_fd()),
+            exec: Some(init.as_raw_fd()),
         };
         let mut command = Command::new(&bwrap);
         command
@@ -557,7 +555,7 @@ impl Executor for BubblewrapExecutor {
         let mut keep = fds.empty.clone();
         keep.push(fds.seccomp);
         keep.push(status_write.as_raw_fd());
-        keep.push(own_exe.as_raw_fd());
+        keep.push(init.as_raw_fd());
         let namespaces = sys::BwrapNamespaces {
             uid_map: sys::id_map(sys::current_uid()),
             gid_map: sys::id_map(sys::current_gid()),
@@ -607,7 +605,6 @@ impl Executor for BubblewrapExecutor {
         drop(reserved);
         // bwrap has its copy: ours must go for the read below to see the end.
         drop(status_write);
-        drop(own_exe);
         let received = receiving.map(|thread| {
             thread.join().unwrap_or_else(|_| {
                 Err(netbridge::BridgeError::Start(std::io::Error::other(

@@ -524,9 +524,8 @@ impl Executor for LandlockExecutor {
             stage: "seccomp program".into(),
             error: std::io::Error::other(e.to_string()),
         })?;
-        // PID 1 executes this file to become the reaper (see `sys::become_reaper`).
-        let reaper_exe =
-            sys::open_own_executable().map_err(setup_err("open the supervisor's executable"))?;
+        // PID 1 executes the start-up program to become the reaper (see `sys::become_reaper`).
+        let reaper_exe = sys::init_program().map_err(setup_err("the sandbox start-up program"))?;
         let (report_read, report_write) = sys::pipe().map_err(setup_err("report pipe"))?;
         let (stdin_fd, out_pipe, err_pipe) = match stdio {
             StdioMode::Inherit => (None, None, None),
@@ -628,7 +627,6 @@ impl Executor for LandlockExecutor {
         drop(report_write);
         drop(stdin_fd);
         drop(ruleset);
-        drop(reaper_exe);
         let cap = policy.limits.output_cap;
         let out = out_pipe.map(|(r, w)| {
             drop(w);

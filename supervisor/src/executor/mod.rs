@@ -26,6 +26,11 @@ pub mod select;
 
 pub use select::{probe_executors, select_executor, Probe, Selection};
 
+/// The sandboxes' start-up program (the landlock executor's PID 1 reaper and the bubblewrap
+/// executor's exec step), as the bytes the supervisor executes from a sealed memory file;
+/// public so that tests can run it on its own.
+pub use crate::sys::INIT_PROGRAM;
+
 /// The executor backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]

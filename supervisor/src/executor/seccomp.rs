@@ -539,10 +539,10 @@ pub(crate) mod tests {
     }
 
     /// What the landlock executor's PID 1 does after it installs the program, all let
-    /// through, so the program needs no exception there: execute the supervisor's file, the
-    /// dynamic loader's start-up, the reaper hook (`getpid`, open and read
-    /// `/proc/self/cmdline`), wait, write its report, exit; and the calls a signal-handling
-    /// reaper would make.
+    /// through, so the program needs no exception there: execute the start-up program
+    /// (`sys::INIT_PROGRAM`), wait, write its report, exit; what the bubblewrap executor's
+    /// exec step adds (`close_range`); and the calls a dynamically linked or
+    /// signal-handling reaper would make.
     #[test]
     fn pid1_reaper_calls_are_allowed() {
         let p = program().unwrap();
@@ -575,6 +575,7 @@ pub(crate) mod tests {
             libc::SYS_prctl,
             libc::SYS_kill,
             libc::SYS_ppoll,
+            libc::SYS_close_range,
         ] {
             assert_eq!(
                 run(&p, nr, native_arch(), [0; 6]),
