@@ -334,11 +334,30 @@ fn open_exe(exe: Option<&Path>) -> Result<OwnedFd, AgentSpawnError> {
 /// The pre-exec Landlock ruleset: read and execute the binary; the view's rule is added
 /// inside the sandbox ([`NativePlan::late_rules`]), where the view's root exists.
 fn pre_exec_ruleset(abi: u32, exe: &OwnedFd) -> Result<OwnedFd, AgentSpawnError> {
-    let ruleset = sys::landlock_create_ruleset(handled_fs(abi), 0, 0)
-        .map_err(setup("landlock_create_ruleset"))?;
-    sys::landlock_add_path_rule(&ruleset, exe, LL_READ_FILE | LL_EXECUTE)
-        .map_err(setup("landlock rule for the executable"))?;
-    Ok(ruleset)
+    use landlock::{
+        AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
+        RulesetCreatedAttr,
+    };
+    // As the executor's: every handled right is a hard requirement (a right the kernel lacks
+    // is an error, not a smaller ruleset).
+    let ll = |what: &'static str| {
+        move |e: landlock::RulesetError| setup(what)(io::Error::other(e.to_string()))
+    };
+    let handled = BitFlags::<AccessFs>::from_bits(handled_fs(abi))
+        .map_err(|_| setup("landlock rights")(io::Error::other("an unknown right")))?;
+    let created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(handled)
+        .map_err(ll("landlock ruleset"))?
+        .create()
+        .map_err(ll("landlock ruleset"))?
+        .add_rule(PathBeneath::new(
+            exe,
+            AccessFs::ReadFile | AccessFs::Execute,
+        ))
+        .map_err(ll("landlock rule for the executable"))?;
+    Option::<OwnedFd>::from(created)
+        .ok_or_else(|| setup("landlock ruleset")(io::Error::other("no descriptor")))
 }
 
 fn argv_for(spec: &AgentSpawn) -> Vec<OsString> {

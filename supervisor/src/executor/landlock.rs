@@ -64,8 +64,6 @@ const MAKE_BLOCK: u64 = 1 << 11;
 const REFER: u64 = 1 << 13;
 const TRUNCATE: u64 = 1 << 14;
 const IOCTL_DEV: u64 = 1 << 15;
-const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
-const SCOPE_SIGNAL: u64 = 1 << 1;
 
 /// Every filesystem right the kernel's ABI knows.
 pub fn handled_fs(abi: u32) -> u64 {
@@ -115,9 +113,7 @@ pub fn availability() -> Result<String, String> {
         _ => format!("Landlock probe failed: {e}"),
     })?;
     if abi < MIN_ABI {
-        return Err(format!(
-            "Landlock ABI {abi} is too old: ABI {MIN_ABI} (Linux 6.2) or later is needed"
-        ));
+        return Err(too_old(abi));
     }
     kernel_supported()?;
     sys::probe(sys::ProbeKind::RecursiveReadOnly, None).map_err(|e| {
@@ -126,6 +122,58 @@ pub fn availability() -> Result<String, String> {
     Ok(format!(
         "Landlock ABI {abi}, user namespaces, mount_setattr"
     ))
+}
+
+/// The running kernel's Landlock ABI version. Unit tests can lower it
+/// ([`abi_fault::lower`]) to show that a kernel without a right the policy needs is refused.
+fn kernel_abi() -> std::io::Result<u32> {
+    let abi = sys::landlock_abi()?;
+    #[cfg(test)]
+    if let Some(lowered) = abi_fault::lowered() {
+        return Ok(abi.min(lowered));
+    }
+    Ok(abi)
+}
+
+/// Why an ABI below [`MIN_ABI`] is refused, naming what it lacks.
+fn too_old(abi: u32) -> String {
+    let missing = if abi < 2 {
+        "refer (ABI 2) and truncate (ABI 3)"
+    } else {
+        "truncate (ABI 3)"
+    };
+    format!(
+        "Landlock ABI {abi} cannot enforce the policy: it does not handle {missing}, so a \
+         read-only file could still be emptied; ABI {MIN_ABI} (Linux 6.2) or later is needed"
+    )
+}
+
+/// Unit tests only: run the executor as if the kernel's Landlock ABI were lower.
+#[cfg(test)]
+pub(crate) mod abi_fault {
+    use std::cell::Cell;
+
+    thread_local! {
+        static LOWERED: Cell<Option<u32>> = const { Cell::new(None) };
+    }
+
+    /// The ABI is lowered until this is dropped.
+    pub(crate) struct Lowered;
+
+    impl Drop for Lowered {
+        fn drop(&mut self) {
+            LOWERED.with(|l| l.set(None));
+        }
+    }
+
+    pub(crate) fn lower(abi: u32) -> Lowered {
+        LOWERED.with(|l| l.set(Some(abi)));
+        Lowered
+    }
+
+    pub(super) fn lowered() -> Option<u32> {
+        LOWERED.with(Cell::get)
+    }
 }
 
 fn kernel_supported() -> Result<(), String> {
@@ -354,15 +402,59 @@ fn build_mounts(
     Ok((steps, names))
 }
 
+/// Filesystem rights as the `landlock` crate's flags; the bits are the kernel's.
+pub(crate) fn access_fs(bits: u64) -> Result<landlock::BitFlags<landlock::AccessFs>, ExecError> {
+    landlock::BitFlags::from_bits(bits).map_err(|_| ExecError::Setup {
+        stage: "landlock rights".into(),
+        error: std::io::Error::other(format!("{bits:#x} names a right the crate does not know")),
+    })
+}
+
+/// A `landlock` crate error as the executor's setup error.
+pub(crate) fn ruleset_err(stage: &str) -> impl FnOnce(landlock::RulesetError) -> ExecError + '_ {
+    move |e| ExecError::Setup {
+        stage: format!("landlock: {stage}"),
+        error: std::io::Error::other(e.to_string()),
+    }
+}
+
+/// The command's ruleset, built with the `landlock` crate in the supervisor. Every right it
+/// handles and every rule is a hard requirement (`CompatLevel::HardRequirement`): a right
+/// the kernel does not handle makes this fail, never a ruleset that enforces less than asked.
+/// The sandbox's child only enforces the returned descriptor (and adds the rules of paths that
+/// exist only inside it, see `late_rules`).
 fn build_ruleset(policy: &ExecPolicy, abi: u32) -> Result<OwnedFd, ExecError> {
-    let scoped = if abi >= 6 {
-        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
-    } else {
-        0
+    use landlock::{
+        CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
     };
-    let ruleset = sys::landlock_create_ruleset(handled_fs(abi), 0, scoped)
-        .map_err(setup_err("landlock_create_ruleset"))?;
-    let rule = |path: &Path, rights: u64| -> Result<(), ExecError> {
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(access_fs(handled_fs(abi))?)
+        .map_err(ruleset_err("handled rights"))?;
+    if abi >= 6 {
+        ruleset = ruleset
+            .scope(Scope::AbstractUnixSocket | Scope::Signal)
+            .map_err(ruleset_err("scopes"))?;
+    }
+    let mut created = ruleset.create().map_err(ruleset_err("create"))?;
+    let mut rules: Vec<(&Path, u64)> = vec![(Path::new("/"), READ_RIGHTS)];
+    // The private /dev and /tmp get their rules inside the sandbox (see `late_rules`).
+    for w in &policy.writable_roots {
+        // A staged project is another inode (the overlay's root, or the copy): its rule is
+        // added inside the sandbox, after the view is mounted (see `late_rules`).
+        if policy.staged.is_some() && w == &policy.project_root {
+            continue;
+        }
+        rules.push((w, write_rights(abi)));
+    }
+    // Unit tests only: the control of the fault above (Landlock grants the mistaken path too).
+    #[cfg(test)]
+    let mistaken = super::layout::fault::landlock_write();
+    #[cfg(test)]
+    if let Some(path) = &mistaken {
+        rules.push((path, write_rights(abi)));
+    }
+    for (path, rights) in rules {
         let fd =
             sys::open_path(&cpath(path)?).map_err(setup_err(format!("open {}", path.display())))?;
         // A file anchor may carry only file rights.
@@ -371,25 +463,14 @@ fn build_ruleset(policy: &ExecPolicy, abi: u32) -> Result<OwnedFd, ExecError> {
         } else {
             rights & (EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV)
         };
-        sys::landlock_add_path_rule(&ruleset, &fd, rights)
-            .map_err(setup_err(format!("landlock_add_rule {}", path.display())))
-    };
-    rule(Path::new("/"), READ_RIGHTS)?;
-    // The private /dev and /tmp get their rules inside the sandbox (see `late_rules`).
-    for w in &policy.writable_roots {
-        // A staged project is another inode (the overlay's root, or the copy): its rule is
-        // added inside the sandbox, after the view is mounted (see `late_rules`).
-        if policy.staged.is_some() && w == &policy.project_root {
-            continue;
-        }
-        rule(w, write_rights(abi))?;
+        created = created
+            .add_rule(PathBeneath::new(fd, access_fs(rights)?))
+            .map_err(ruleset_err(&format!("rule for {}", path.display())))?;
     }
-    // Unit tests only: the control of the fault above (Landlock grants the mistaken path too).
-    #[cfg(test)]
-    if let Some(path) = super::layout::fault::landlock_write() {
-        rule(&path, write_rights(abi))?;
-    }
-    Ok(ruleset)
+    Option::<OwnedFd>::from(created).ok_or_else(|| ExecError::Setup {
+        stage: "landlock: create".into(),
+        error: std::io::Error::other("the ruleset has no descriptor"),
+    })
 }
 
 fn fd_is_dir(p: &Path) -> bool {
@@ -487,14 +568,14 @@ impl Executor for LandlockExecutor {
         let Some(argv0) = cmd.argv.first() else {
             return Err(ExecError::InvalidCommand("empty command".into()));
         };
-        let abi = sys::landlock_abi().map_err(|e| ExecError::Unavailable {
+        let abi = kernel_abi().map_err(|e| ExecError::Unavailable {
             executor: ExecutorKind::Landlock,
             reason: format!("Landlock is not available: {e}"),
         })?;
         if abi < MIN_ABI {
             return Err(ExecError::Unavailable {
                 executor: ExecutorKind::Landlock,
-                reason: format!("Landlock ABI {abi} is older than {MIN_ABI}"),
+                reason: too_old(abi),
             });
         }
         kernel_supported().map_err(|reason| ExecError::Unavailable {
@@ -786,17 +867,21 @@ mod write_wall_tests {
             && got.1.ends_with(&format!(": {what}\n"))
     }
 
-    /// `sh -c ': > FILE'` on `executor`: the exit code and stderr.
-    fn write(executor: &dyn Executor, policy: &ExecPolicy, file: &Path) -> (i32, String) {
-        let cmd = CommandSpec::new([
+    /// `sh -c ': > FILE'`.
+    fn write_command(file: &Path) -> CommandSpec {
+        CommandSpec::new([
             "/bin/sh".as_ref(),
             "-c".as_ref(),
             ": > \"$1\"".as_ref(),
             "sh".as_ref(),
             file.as_os_str(),
-        ]);
+        ])
+    }
+
+    /// `sh -c ': > FILE'` on `executor`: the exit code and stderr.
+    fn write(executor: &dyn Executor, policy: &ExecPolicy, file: &Path) -> (i32, String) {
         let out = executor
-            .run(&cmd, policy, StdioMode::Capture)
+            .run(&write_command(file), policy, StdioMode::Capture)
             .unwrap_or_else(|e| panic!("{:?}: {e}", executor.kind()));
         (out.status.code(), out.stderr.text())
     }
@@ -844,5 +929,40 @@ mod write_wall_tests {
         std::fs::remove_file(&file).unwrap();
         let got = write(&BubblewrapExecutor, &policy, &file);
         assert!(failed_with(&got, &file, "Read-only file system"), "{got:?}");
+    }
+
+    /// A kernel whose Landlock ABI lacks a right the policy needs (truncate, ABI 3: without it
+    /// a read-only file could be emptied) is refused: the executor does not start and the
+    /// command never runs, whatever else the kernel has. The ABI is lowered through a test
+    /// hook (`abi_fault`). Control: lowered only to ABI 3, the same command runs and writes.
+    #[test]
+    fn a_landlock_abi_without_a_needed_right_is_refused() {
+        let base = base();
+        let project = base.path().canonicalize().unwrap().join("project");
+        std::fs::create_dir(&project).unwrap();
+        let policy = policy(&project);
+        let file = project.join("written-by-the-command");
+        for (abi, missing) in [
+            (1, "refer (ABI 2) and truncate (ABI 3)"),
+            (2, "truncate (ABI 3)"),
+        ] {
+            let _lowered = abi_fault::lower(abi);
+            match LandlockExecutor.run(&write_command(&file), &policy, StdioMode::Capture) {
+                Err(ExecError::Unavailable { executor, reason }) => {
+                    assert_eq!(executor, ExecutorKind::Landlock);
+                    assert!(
+                        reason.starts_with(&format!("Landlock ABI {abi} cannot enforce"))
+                            && reason.contains(&format!("does not handle {missing}")),
+                        "{reason}"
+                    );
+                }
+                Err(other) => panic!("ABI {abi}: another error: {other}"),
+                Ok(out) => panic!("ABI {abi}: the executor started: {:?}", out.status),
+            }
+            assert!(!file.exists(), "the command ran under ABI {abi}");
+        }
+        let _lowered = abi_fault::lower(MIN_ABI);
+        assert_eq!(write(&LandlockExecutor, &policy, &file), (0, String::new()));
+        assert!(file.exists(), "the control did not write");
     }
 }
