@@ -16,10 +16,15 @@
 //! - `ANY garuda-exec-closed CMD ARGS…` (`argv[1]`, `sys::EXEC_CLOSED_ARGV1`; bwrap sets
 //!   `argv[0]` to the path it executed) — the bubblewrap executor's last step: close every
 //!   descriptor above stdio (bwrap hands its command all it inherited, among them `O_PATH`
-//!   handles on the host's own mounts), then execute `CMD` as `execvp` would (`PATH` searched, a file without a `#!`
-//!   line run by `/bin/sh`). Exits 127 if it is not found and 126 if it cannot be executed.
+//!   handles on the host's own mounts), then execute `CMD` as `execvp` would (`PATH`
+//!   searched, a file without a `#!` line run by `/bin/sh`). Exits 127 if it is not found and
+//!   126 if it cannot be executed.
 //!
 //! Anything else exits 125. It never allocates and keeps every buffer on its stack.
+//!
+//! The `unsafe` code is in three places: the start (the kernel's stack becomes [`Args`], and
+//! the program relocates itself), the system calls (each in one small function with safe
+//! arguments), and the two memory functions the compiler may call.
 
 #![no_std]
 #![no_main]
@@ -56,6 +61,11 @@ const ELOOP: isize = 40;
 const SETUP_FAILED: i32 = 125;
 /// The report record's stage for a command killed by a signal (`sys::Stage::Signaled`).
 const STAGE_SIGNALED: u32 = 16;
+/// Most arguments the `/bin/sh FILE ARGS…` fallback passes on.
+const MAX_ARGS: usize = 1024;
+
+// ---------------------------------------------------------------------------------------------
+// System calls: one function each, safe to call.
 
 /// A raw system call: its number and four arguments; the kernel's answer (a negative errno on
 /// failure).
@@ -97,15 +107,66 @@ fn exit(code: i32) -> ! {
     }
 }
 
+/// `write(fd, buf)`; a failed or short write only loses the bytes.
+fn write(fd: i32, buf: &[u8]) {
+    // SAFETY: a valid buffer and its length.
+    unsafe { syscall(nr::WRITE, fd as usize, buf.as_ptr() as usize, buf.len(), 0) };
+}
+
+/// `wait4(-1, &status, 0, NULL)`: the pid reaped (or a negative errno) and its status.
+fn wait_any() -> (isize, i32) {
+    let mut status: i32 = 0;
+    // SAFETY: `status` is a valid int for the kernel to fill; no rusage is asked for.
+    let r = unsafe {
+        syscall(
+            nr::WAIT4,
+            usize::MAX,
+            &mut status as *mut i32 as usize,
+            0,
+            0,
+        )
+    };
+    (r, status)
+}
+
+/// `close_range(3, ~0, 0)`: 0, or a negative errno.
+fn close_above_stdio() -> isize {
+    // SAFETY: close_range takes integers.
+    unsafe { syscall(nr::CLOSE_RANGE, 3, u32::MAX as usize, 0, 0) }
+}
+
+/// `execve(path, argv, envp)`: returns only on failure, with the negative errno. `path` must
+/// end with its NUL (else `-ENAMETOOLONG`, nothing called); `argv` and `envp` are made only of
+/// strings the kernel gave this process ([`Args`]), ended by a null.
+fn execve(path: &[u8], argv: &[KernelStr], envp: EnvList) -> isize {
+    if path.last() != Some(&0) || argv.last().is_none_or(|a| !a.0.is_null()) {
+        return -ENAMETOOLONG;
+    }
+    // SAFETY: `path` is NUL-terminated (checked), `argv` a null-terminated array of the
+    // kernel's strings (checked, and `KernelStr` holds nothing else), `envp` the kernel's own
+    // null-terminated environment.
+    unsafe {
+        syscall(
+            nr::EXECVE,
+            path.as_ptr() as usize,
+            argv.as_ptr() as usize,
+            envp.0 as usize,
+            0,
+        )
+    }
+}
+
 fn say(msg: &[u8]) {
-    // SAFETY: a valid buffer and its length; a failed write only loses the message.
-    unsafe { syscall(nr::WRITE, 2, msg.as_ptr() as usize, msg.len(), 0) };
+    write(2, msg);
 }
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
     exit(SETUP_FAILED)
 }
+
+// ---------------------------------------------------------------------------------------------
+// The start: the kernel's stack, and the program's own relocations.
 
 // The kernel starts the process with the stack pointer at `argc`, followed by `argv`, a null,
 // `envp` and a null. Hand that address to `start` with the stack aligned as the ABI wants.
@@ -133,15 +194,95 @@ global_asm!(
     start = sym start,
 );
 
-/// A NUL-terminated string the kernel put on the stack.
-type CStrPtr = *const u8;
+/// A pointer to a NUL-terminated string that stays valid while it is used (or null, as the
+/// end of an array). [`Args`] makes these from the kernel's own arrays, which live as long as
+/// the process; the only others are the `/bin/sh` fallback's two (a static string and a path
+/// on the stack of the function whose `execve` uses them, never read back).
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+struct KernelStr(*const u8);
+
+impl KernelStr {
+    const NULL: KernelStr = KernelStr(core::ptr::null());
+
+    /// The string's bytes, without the NUL; empty for the null pointer. Only for the kernel's
+    /// strings (the `'static` is theirs).
+    fn bytes(self) -> &'static [u8] {
+        if self.0.is_null() {
+            return &[];
+        }
+        let mut len = 0;
+        // SAFETY: called only on the kernel's strings (see the type): NUL-terminated, on the
+        // initial stack, never freed. A volatile read keeps the loop a loop (the compiler would make it a call to
+        // `strlen`, which is not here).
+        while unsafe { core::ptr::read_volatile(self.0.add(len)) } != 0 {
+            len += 1;
+        }
+        // SAFETY: `len` bytes from the pointer were just read.
+        unsafe { core::slice::from_raw_parts(self.0, len) }
+    }
+}
+
+/// The environment as the kernel gave it: a null-terminated array of [`KernelStr`].
+#[derive(Clone, Copy)]
+struct EnvList(*const KernelStr);
+
+/// The process's arguments and environment, as the kernel laid them out.
+struct Args {
+    /// `argv[0..argc]` and the null after them.
+    argv: &'static [KernelStr],
+    env: EnvList,
+}
+
+impl Args {
+    /// # Safety
+    /// `sp` is the stack pointer the kernel started the process with.
+    unsafe fn from_stack(sp: *const usize) -> Args {
+        // SAFETY: the kernel's initial stack: argc, then argc pointers and a null, then the
+        // environment's pointers and a null; none of it is ever freed.
+        unsafe {
+            let argc = *sp;
+            let argv = sp.add(1) as *const KernelStr;
+            Args {
+                argv: core::slice::from_raw_parts(argv, argc + 1),
+                env: EnvList(argv.add(argc + 1)),
+            }
+        }
+    }
+
+    fn argc(&self) -> usize {
+        self.argv.len() - 1
+    }
+
+    fn arg(&self, i: usize) -> &'static [u8] {
+        self.argv.get(i).map_or(&[][..], |a| a.bytes())
+    }
+
+    /// The value of `NAME=` in the environment, if set.
+    fn env_var(&self, prefix: &[u8]) -> Option<&'static [u8]> {
+        let mut at = self.env.0;
+        loop {
+            // SAFETY: the environment array is null-terminated and `at` has not passed its
+            // null (the loop stops there).
+            let entry = unsafe { *at };
+            if entry.0.is_null() {
+                return None;
+            }
+            if let Some(value) = entry.bytes().strip_prefix(prefix) {
+                return Some(value);
+            }
+            // SAFETY: `entry` was not the null, so the array goes on.
+            at = unsafe { at.add(1) };
+        }
+    }
+}
 
 unsafe extern "C" fn start(sp: *const usize) -> ! {
     // SAFETY: runs first, once, before anything reads a relocated pointer.
     unsafe { relocate() };
     core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
-    // SAFETY: the caller's stack pointer.
-    unsafe { run(sp) }
+    // SAFETY: the kernel's stack pointer, as `_start` passed it.
+    run(&unsafe { Args::from_stack(sp) })
 }
 
 /// Relocation type "base + addend" of this architecture.
@@ -197,7 +338,8 @@ unsafe fn relocate() {
     let mut entry = dynamic as *const [usize; 2];
     let (mut rela, mut size, mut stride) = (0usize, 0usize, 24usize);
     loop {
-        // SAFETY: the dynamic section is an array of (tag, value) pairs ending with DT_NULL.
+        // SAFETY: the dynamic section is an array of (tag, value) pairs ending with DT_NULL,
+        // and `entry` has not passed it (the loop stops there).
         let [tag, value] = unsafe { core::ptr::read_volatile(entry) };
         match tag {
             DT_NULL => break,
@@ -207,84 +349,51 @@ unsafe fn relocate() {
             DT_REL | DT_RELR => exit(SETUP_FAILED),
             _ => {}
         }
-        // SAFETY: not past DT_NULL.
-        entry = unsafe { entry.add(1) };
+        entry = entry.wrapping_add(1);
     }
     if stride != 24 {
         exit(SETUP_FAILED);
     }
     let mut at = 0;
     while at < size {
-        // SAFETY: DT_RELA and DT_RELASZ describe an array of (offset, info, addend) triples.
-        let [offset, info, addend] =
-            unsafe { core::ptr::read_volatile((base + rela + at) as *const [usize; 3]) };
-        if info as u32 != R_RELATIVE {
-            exit(SETUP_FAILED);
+        // SAFETY: DT_RELA and DT_RELASZ describe an array of (offset, info, addend) triples;
+        // each offset is a pointer-sized slot in a writable segment.
+        unsafe {
+            let [offset, info, addend] =
+                core::ptr::read_volatile((base + rela + at) as *const [usize; 3]);
+            if info as u32 != R_RELATIVE {
+                exit(SETUP_FAILED);
+            }
+            core::ptr::write_volatile((base + offset) as *mut usize, base + addend);
         }
-        // SAFETY: the linker's offset of a pointer-sized slot in a writable segment.
-        unsafe { core::ptr::write_volatile((base + offset) as *mut usize, base + addend) };
         at += 24;
     }
 }
 
-/// Everything after [`relocate`].
-///
-/// # Safety
-/// `sp` is the kernel's initial stack pointer.
-#[inline(never)]
-unsafe fn run(sp: *const usize) -> ! {
-    // SAFETY: the kernel's initial stack: argc, then argc pointers and a null, then the
-    // environment's pointers and a null.
-    let (argc, argv, envp) = unsafe {
-        let argc = *sp;
-        let argv = sp.add(1) as *const CStrPtr;
-        (argc, argv, argv.add(argc + 1))
-    };
-    if argc < 2 {
+// ---------------------------------------------------------------------------------------------
+// The two programs: no `unsafe` below this line.
+
+fn run(args: &Args) -> ! {
+    if args.argc() < 2 {
         exit(SETUP_FAILED);
     }
-    // SAFETY: argc >= 2: argv[0] and argv[1] are valid strings.
-    let (name, mode) = unsafe { (bytes(*argv), bytes(*argv.add(1))) };
-    if name == b"garuda-sandbox-init" {
-        if argc != 3 {
+    if args.arg(0) == b"garuda-sandbox-init" {
+        if args.argc() != 3 {
             exit(SETUP_FAILED);
         }
-        // SAFETY: argc == 3: argv[1] and argv[2] are valid strings.
-        let (pid, fd) = unsafe { (number(*argv.add(1)), number(*argv.add(2))) };
-        match (pid, fd) {
+        match (number(args.arg(1)), number(args.arg(2))) {
             (Some(pid), Some(fd)) => exit(reap(pid, fd)),
             _ => exit(SETUP_FAILED),
         }
     }
-    if mode == b"garuda-exec-closed" && argc >= 3 {
-        // SAFETY: argc >= 3: argv[2..] is a null-terminated array of strings.
-        unsafe { exec_closed(argv.add(2), envp) }
+    if args.arg(1) == b"garuda-exec-closed" && args.argc() >= 3 {
+        exec_closed(&args.argv[2..], args)
     }
     exit(SETUP_FAILED)
 }
 
-/// The bytes of a NUL-terminated string, without the NUL.
-///
-/// # Safety
-/// `s` points to a NUL-terminated string that outlives the result.
-unsafe fn bytes<'a>(s: CStrPtr) -> &'a [u8] {
-    let mut len = 0;
-    // SAFETY: the caller's string is NUL-terminated. A volatile read keeps the loop a loop
-    // (the compiler would make it a call to `strlen`, which is not here).
-    while unsafe { core::ptr::read_volatile(s.add(len)) } != 0 {
-        len += 1;
-    }
-    // SAFETY: `len` bytes from `s` were just read.
-    unsafe { core::slice::from_raw_parts(s, len) }
-}
-
 /// A decimal number of 1 to 9 digits.
-///
-/// # Safety
-/// As [`bytes`].
-unsafe fn number(s: CStrPtr) -> Option<i32> {
-    // SAFETY: the caller's string.
-    let digits = unsafe { bytes(s) };
+fn number(digits: &[u8]) -> Option<i32> {
     if digits.is_empty() || digits.len() > 9 {
         return None;
     }
@@ -300,25 +409,15 @@ unsafe fn number(s: CStrPtr) -> Option<i32> {
 
 /// Reap every child until `cmd` exits; its exit code, or 128 + the signal after reporting it.
 fn reap(cmd: i32, report_fd: i32) -> i32 {
-    let mut status: i32 = 0;
-    loop {
-        // SAFETY: wait4 fills `status`, a valid int; no rusage is asked for.
-        let r = unsafe {
-            syscall(
-                nr::WAIT4,
-                usize::MAX,
-                &mut status as *mut i32 as usize,
-                0,
-                0,
-            )
-        };
+    let status = loop {
+        let (r, status) = wait_any();
         if r == cmd as isize {
-            break;
+            break status;
         }
         if r < 0 && r != -EINTR {
             return SETUP_FAILED;
         }
-    }
+    };
     let signal = status & 0x7f;
     if signal == 0 {
         return (status >> 8) & 0xff;
@@ -332,32 +431,29 @@ fn reap(cmd: i32, report_fd: i32) -> i32 {
         rec[4 + i] = value[i];
         i += 1;
     }
-    // SAFETY: an 8-byte buffer on this stack; a failed write only loses the report.
-    unsafe { syscall(nr::WRITE, report_fd as usize, rec.as_ptr() as usize, 8, 0) };
+    write(report_fd, &rec);
     128 + signal
 }
 
-/// Close every descriptor above stdio, then execute `argv[0]` as `execvp` would.
-///
-/// # Safety
-/// `argv` and `envp` are the process's own null-terminated arrays of strings.
-unsafe fn exec_closed(argv: *const CStrPtr, envp: *const CStrPtr) -> ! {
-    // SAFETY: close_range takes integers. Fail closed: a command must never run with the
-    // descriptors this step exists to close.
-    if unsafe { syscall(nr::CLOSE_RANGE, 3, u32::MAX as usize, 0, 0) } != 0 {
+/// Close every descriptor above stdio, then execute `argv[0]` as `execvp` would. `argv` is the
+/// command's part of this process's own arguments, with the null after it.
+fn exec_closed(argv: &[KernelStr], args: &Args) -> ! {
+    // Fail closed: a command must never run with the descriptors this step exists to close.
+    if close_above_stdio() != 0 {
         say(b"garuda: the sandbox could not close inherited descriptors\n");
         exit(SETUP_FAILED);
     }
-    // SAFETY: argv[0] is a valid string (the caller checked there is one).
-    let name = unsafe { bytes(*argv) };
+    let name = argv[0].bytes();
     let err = if name.is_empty() {
         -ENOENT
     } else if name.contains(&b'/') {
-        // SAFETY: the process's own strings and arrays.
-        unsafe { execve_or_sh(*argv, argv, envp) }
+        let mut path = [0u8; 4096];
+        match nul_terminated(&mut path, &[name]) {
+            Some(path) => execve_or_sh(path, argv, args.env),
+            None => -ENAMETOOLONG,
+        }
     } else {
-        // SAFETY: as above.
-        unsafe { search_path(name, argv, envp) }
+        search_path(name, argv, args)
     };
     if err == -ENOENT || err == -ENOTDIR {
         say(b"garuda: the command was not found in the sandbox\n");
@@ -367,81 +463,53 @@ unsafe fn exec_closed(argv: *const CStrPtr, envp: *const CStrPtr) -> ! {
     exit(126)
 }
 
+/// `parts` joined into `buf` with a NUL after them; `None` if they do not fit.
+fn nul_terminated<'a>(buf: &'a mut [u8], parts: &[&[u8]]) -> Option<&'a [u8]> {
+    let mut len = 0;
+    for part in parts {
+        buf.get_mut(len..len + part.len())?.copy_from_slice(part);
+        len += part.len();
+    }
+    *buf.get_mut(len)? = 0;
+    Some(&buf[..=len])
+}
+
 /// `execve`, and for a file the kernel does not know how to run (`ENOEXEC`: no `#!`),
 /// `/bin/sh FILE ARGS…` as `execvp` does. Returns the negative errno of the failure.
-///
-/// # Safety
-/// As [`exec_closed`]; `path` is a NUL-terminated string.
-unsafe fn execve_or_sh(path: CStrPtr, argv: *const CStrPtr, envp: *const CStrPtr) -> isize {
-    // SAFETY: valid string and arrays.
-    let err = unsafe { syscall(nr::EXECVE, path as usize, argv as usize, envp as usize, 0) };
+fn execve_or_sh(path: &[u8], argv: &[KernelStr], env: EnvList) -> isize {
+    let err = execve(path, argv, env);
     if err != -ENOEXEC {
         return err;
     }
-    const MAX: usize = 1024;
-    let mut sh_argv: [CStrPtr; MAX] = [core::ptr::null(); MAX];
-    sh_argv[0] = b"/bin/sh\0".as_ptr();
-    sh_argv[1] = path;
-    let mut i = 1;
-    // SAFETY: argv is null-terminated; copies stop before the array's last slot.
-    while unsafe { !(*argv.add(i)).is_null() } {
-        if i + 2 >= MAX {
-            return -ENOEXEC;
-        }
-        // SAFETY: argv[i] exists (checked not null above).
-        sh_argv[i + 1] = unsafe { *argv.add(i) };
-        i += 1;
+    // `/bin/sh PATH ARGS…`: the program and the path are this program's strings, not the
+    // kernel's, so they go through the `execve` below only as the first two entries.
+    let mut sh_argv = [KernelStr::NULL; MAX_ARGS];
+    let rest = &argv[1..];
+    if rest.len() + 2 > MAX_ARGS {
+        return -ENOEXEC;
     }
-    // SAFETY: a static path and a null-terminated array of the process's strings.
-    unsafe {
-        syscall(
-            nr::EXECVE,
-            sh_argv[0] as usize,
-            sh_argv.as_ptr() as usize,
-            envp as usize,
-            0,
-        )
-    };
+    sh_argv[0] = KernelStr(b"/bin/sh\0".as_ptr());
+    sh_argv[1] = KernelStr(path.as_ptr());
+    sh_argv[2..2 + rest.len()].copy_from_slice(rest);
+    execve(b"/bin/sh\0", &sh_argv[..2 + rest.len()], env);
     -ENOEXEC
 }
 
 /// Try `DIR/name` for each directory of `PATH` (unset: `/bin:/usr/bin`, glibc's default), as
 /// glibc's `execvp`: go on past a missing file or a permission error, stop at any other.
-///
-/// # Safety
-/// As [`exec_closed`].
-unsafe fn search_path(name: &[u8], argv: *const CStrPtr, envp: *const CStrPtr) -> isize {
-    let mut path: &[u8] = b"/bin:/usr/bin";
-    let mut e = envp;
-    // SAFETY: envp is null-terminated; each entry is a string.
-    while unsafe { !(*e).is_null() } {
-        // SAFETY: as above.
-        let var = unsafe { bytes(*e) };
-        if let Some(value) = var.strip_prefix(b"PATH=") {
-            path = value;
-            break;
-        }
-        // SAFETY: not past the null (checked above).
-        e = unsafe { e.add(1) };
-    }
+fn search_path(name: &[u8], argv: &[KernelStr], args: &Args) -> isize {
+    let path = args.env_var(b"PATH=").unwrap_or(b"/bin:/usr/bin");
     let mut buf = [0u8; 4096];
     let mut seen_eacces = false;
     let mut last = -ENOENT;
     for dir in path.split(|b| *b == b':') {
         // An empty entry is the current folder, as in glibc.
         let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
-        let len = dir.len() + 1 + name.len();
-        if len + 1 > buf.len() {
+        let Some(full) = nul_terminated(&mut buf, &[dir, b"/", name]) else {
             last = -ENAMETOOLONG;
             continue;
-        }
-        buf[..dir.len()].copy_from_slice(dir);
-        buf[dir.len()] = b'/';
-        buf[dir.len() + 1..len].copy_from_slice(name);
-        buf[len] = 0;
-        // SAFETY: `buf` is NUL-terminated; argv and envp are the process's.
-        let err = unsafe { execve_or_sh(buf.as_ptr(), argv, envp) };
-        match err {
+        };
+        match execve_or_sh(full, argv, args.env) {
             e if e == -EACCES => seen_eacces = true,
             e if e == -ENOENT || e == -ENOTDIR || e == -ELOOP || e == -ENAMETOOLONG => last = e,
             e => return e,
@@ -449,6 +517,9 @@ unsafe fn search_path(name: &[u8], argv: *const CStrPtr, envp: *const CStrPtr) -
     }
     if seen_eacces { -EACCES } else { last }
 }
+
+// ---------------------------------------------------------------------------------------------
+// What the compiler may call.
 
 // `copy_from_slice` and the zeroed buffers may be lowered to these; with no libc they are
 // here, written so that the compiler cannot turn them back into calls to themselves.

@@ -112,20 +112,21 @@ static FORWARD_TARGET: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI
 /// The first forwarded signal received, 0 for none.
 static FORWARD_RECEIVED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-/// The handler: only atomics and `kill`, all async-signal-safe.
+/// The handler: only atomics and one `kill` system call, all async-signal-safe. rustix's call
+/// does not touch `errno`, so the interrupted code's `errno` survives without saving it.
 extern "C" fn on_forwarded_signal(signal: libc::c_int) {
+    use rustix::process::{kill_process, kill_process_group, Pid, Signal};
     use std::sync::atomic::Ordering;
-    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life;
-    // it is saved and put back so the interrupted code's errno survives the `kill` below.
-    let saved_errno = unsafe { *libc::__errno_location() };
     let _ = FORWARD_RECEIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
     let target = FORWARD_TARGET.load(Ordering::SeqCst);
-    if target != 0 {
-        // SAFETY: kill is async-signal-safe and takes no pointers.
-        unsafe { libc::kill(target, libc::SIGKILL) };
+    // A negative target is a process group.
+    if let Some(pid) = target.checked_abs().and_then(Pid::from_raw) {
+        let _ = if target < 0 {
+            kill_process_group(pid, Signal::KILL)
+        } else {
+            kill_process(pid, Signal::KILL)
+        };
     }
-    // SAFETY: as above, the same thread's errno slot.
-    unsafe { *libc::__errno_location() = saved_errno };
 }
 
 /// While alive, SIGINT, SIGTERM and SIGHUP do not end the supervisor: they kill the command
@@ -418,51 +419,39 @@ fn probe_child(
     if unsafe { libc::unshare(flags) } != 0 {
         return errno();
     }
-    if write_id_maps(uid_map, gid_map).is_err() {
-        return errno();
+    if let Err(e) = write_id_maps(uid_map, gid_map) {
+        return e;
     }
     if let ProbeKind::RecursiveReadOnly = kind {
-        // SAFETY: both strings are valid; the flags are constants.
-        if unsafe {
-            libc::mount(
-                std::ptr::null(),
-                root.as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            )
-        } != 0
-        {
-            return errno();
+        use rustix::mount::MountPropagationFlags;
+        let private = MountPropagationFlags::REC | MountPropagationFlags::PRIVATE;
+        if let Err(e) = rustix::mount::mount_change(root, private) {
+            return e.raw_os_error();
         }
-        if mount_setattr_readonly(root).is_err() {
-            return errno();
+        if let Err(e) = mount_setattr_readonly(root) {
+            return e;
         }
     }
     if let Some(o) = overlay {
-        // SAFETY: all strings are valid NUL-terminated C strings prepared by the parent.
-        if unsafe {
-            libc::mount(
-                c"overlay".as_ptr(),
-                o.merged.as_ptr(),
-                c"overlay".as_ptr(),
-                0,
-                o.options.as_ptr().cast(),
-            )
-        } != 0
-        {
-            return errno();
+        use rustix::fs::{Mode, OFlags};
+        let overlay = rustix::mount::mount(
+            c"overlay",
+            o.merged.as_c_str(),
+            c"overlay",
+            rustix::mount::MountFlags::empty(),
+            Some(o.options.as_c_str()),
+        );
+        if let Err(e) = overlay {
+            return e.raw_os_error();
         }
-        // SAFETY: valid path; creating a file through the overlay proves `userxattr` works.
-        let fd = unsafe {
-            libc::open(
-                o.probe_file.as_ptr(),
-                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return errno();
+        // Creating a file through the overlay proves `userxattr` works.
+        let created = rustix::fs::open(
+            o.probe_file.as_c_str(),
+            OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        );
+        if let Err(e) = created {
+            return e.raw_os_error();
         }
     }
     0
@@ -1438,22 +1427,24 @@ fn command_main(plan: &NativePlan, sync: RawFd) -> ! {
 /// at that number, so a failed `execve` is still reported on the pipe, never on the channel.
 /// Returns where the report pipe is now. Async-signal-safe.
 fn place_channel(fd: RawFd, rep: RawFd) -> Result<RawFd, i32> {
+    use std::os::fd::IntoRawFd;
+    let raw = |e: rustix::io::Errno| e.raw_os_error();
     let mut rep = rep;
     if rep == CHANNEL_FD {
-        // SAFETY: fcntl with integer arguments; the copy is close-on-exec like the original.
-        rep = unsafe { libc::fcntl(rep, libc::F_DUPFD_CLOEXEC, CHANNEL_FD + 1) };
-        if rep < 0 {
-            return Err(errno());
-        }
+        // The copy is close-on-exec like the original, and stays open until the exec.
+        rep = rustix::io::fcntl_dupfd_cloexec(plan_fd(rep), CHANNEL_FD + 1)
+            .map_err(raw)?
+            .into_raw_fd();
     }
-    let placed = if fd == CHANNEL_FD {
-        // SAFETY: fcntl with integer arguments: clear close-on-exec.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }
-    } else {
-        // SAFETY: dup2 on integer descriptors; the copy is not close-on-exec.
-        unsafe { libc::dup2(fd, CHANNEL_FD) }
-    };
-    if placed < 0 {
+    if fd == CHANNEL_FD {
+        // Already in place: clear close-on-exec.
+        return rustix::io::fcntl_setfd(plan_fd(fd), rustix::io::FdFlags::empty())
+            .map(|()| rep)
+            .map_err(raw);
+    }
+    // SAFETY: dup2 on integer descriptors: `fd` is the plan's, open, and `CHANNEL_FD` is the
+    // slot the command gets it at; the copy is not close-on-exec.
+    if unsafe { libc::dup2(fd, CHANNEL_FD) } < 0 {
         return Err(errno());
     }
     Ok(rep)
@@ -1930,12 +1921,11 @@ pub fn bwrap_pre_exec(
             clear_cloexec(*fd)?;
         }
         if let Some(limit) = nproc {
-            let rl = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
+            let rl = rustix::process::Rlimit {
+                current: Some(limit),
+                maximum: Some(limit),
             };
-            // SAFETY: `rl` is a valid rlimit.
-            cvt(unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &rl) } as libc::c_long)?;
+            rustix::process::setrlimit(rustix::process::Resource::Nproc, rl)?;
         }
         if let Some(path) = &cgroup_procs {
             write_file(path, b"0").map_err(io::Error::from_raw_os_error)?;

@@ -101,6 +101,9 @@ pub enum Op {
     TcpConnectHost,
     /// Send a datagram to the harness's UDP socket on the host's loopback.
     UdpSendHost,
+    /// List the descriptors above stdio the command holds (`fds:none` is the only answer a
+    /// sandbox may give: an inherited handle on a host folder reaches past every mount).
+    InheritedFds,
 }
 
 /// What the user's policy file adds (none of it may loosen a wall the design keeps).
@@ -250,6 +253,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(t, at)| Op::Symlink(t.to_string(), at)),
         1 => Just(Op::TcpConnectHost),
         1 => Just(Op::UdpSendHost),
+        1 => Just(Op::InheritedFds),
     ]
 }
 
@@ -649,6 +653,7 @@ fn probe_args(
             ),
             Op::TcpConnectHost => ("tcp-connect", vec![net.0.clone().into()]),
             Op::UdpSendHost => ("udp-send", vec![net.1.clone().into()]),
+            Op::InheritedFds => ("fds", vec![]),
         };
         argv.push(sub.into());
         argv.extend(args);
@@ -812,6 +817,7 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
             ));
         }
     }
+    findings.extend(read.iter().filter_map(|r| inherited_descriptors(r)));
     let changed_paths: Vec<String> = changed(&base, &before, &after)
         .iter()
         .filter_map(|p| p.strip_prefix(&base).ok())
@@ -853,6 +859,17 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
         changed: changed_paths,
         swaps,
     }
+}
+
+/// The finding for an [`Op::InheritedFds`] answer that lists any descriptor: a sandboxed
+/// command holds none above stdio that it did not open (the bubblewrap executor once handed
+/// the command its held `O_PATH` handles on host folders, through which
+/// `/proc/self/fd/N/...` reached past every mount).
+pub fn inherited_descriptors(result: &str) -> Option<String> {
+    let held = result.strip_prefix("fds:").filter(|h| *h != "none")?;
+    Some(format!(
+        "the command held descriptors it did not open: {held}"
+    ))
 }
 
 /// The policy the model judges the host's changes by: the direct one (a staged view's own

@@ -253,6 +253,38 @@ fn the_harness_catches_the_host_executor() {
     remove_tree(&base);
 }
 
+/// The `fds` operation and its check see an inherited descriptor: the probe started by a shell
+/// that left descriptor 7 open on a host folder answers `fds:7=…`, which the check reports
+/// (the negative control: the bubblewrap executor before its exec step handed the command such
+/// handles); in both sandboxes the same operation answers `fds:none` and nothing is found.
+#[test]
+fn an_inherited_descriptor_is_caught() {
+    let out = std::process::Command::new("/bin/bash")
+        .args(["-c", r#"exec 7</usr; exec "$0" fds"#, PROBE])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        line.starts_with("fds:") && line.contains("7=/usr"),
+        "{line}"
+    );
+    let finding = garuda_tests::diff::inherited_descriptors(&line);
+    assert!(
+        finding.as_deref().is_some_and(|f| f.contains("7=/usr")),
+        "{finding:?}"
+    );
+    assert_eq!(garuda_tests::diff::inherited_descriptors("fds:none"), None);
+    let kinds = sandboxes();
+    let base = case_base("fds");
+    let case = plain_case(GitShape::Folder, vec![], vec![Op::InheritedFds]);
+    for kind in &kinds {
+        let run = run_case(Path::new(PROBE), *kind, &base, &case);
+        assert_eq!(run.results, ["fds:none"], "{kind}");
+        assert!(run.findings.is_empty(), "{kind}: {:?}", run.findings);
+    }
+    remove_tree(&base);
+}
+
 /// Staged cases do what they claim: a staged write in the project reaches the project only
 /// through the apply (the change is there afterwards, with no finding), while a staged write
 /// to git metadata, the home or beside the project is never applied. Control: the same write

@@ -89,6 +89,39 @@ fn outcome(ret: libc::c_long) -> String {
     }
 }
 
+/// The `fds` line: descriptors above 2 open in this process, by number and target.
+/// `read_dir` holds one descriptor of its own while it lists, a handle on `/proc/PID/fd`;
+/// that target is left out.
+fn inherited_fds() -> String {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return "fds:unreadable".to_string();
+    };
+    let own = |t: &str| {
+        t.strip_prefix("/proc/")
+            .and_then(|r| r.strip_suffix("/fd"))
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let mut fds: Vec<(u32, String)> = dir
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|n| *n > 2)
+        .map(|n| {
+            let target = std::fs::read_link(format!("/proc/self/fd/{n}"))
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "?".into());
+            (n, target)
+        })
+        .filter(|(_, t)| !own(t))
+        .collect();
+    fds.sort();
+    if fds.is_empty() {
+        "fds:none".to_string()
+    } else {
+        let list: Vec<String> = fds.iter().map(|(n, t)| format!("{n}={t}")).collect();
+        format!("fds:{}", list.join(","))
+    }
+}
+
 fn cstr(arg: &OsString) -> Result<CString, String> {
     CString::new(arg.as_bytes()).map_err(|_| "argument contains a NUL byte".to_string())
 }
@@ -868,6 +901,13 @@ fn run(args: &[OsString]) -> Result<Option<String>, String> {
             } else {
                 put(&cstr(&file)?, arg(2)?)
             }
+        }
+        // Every descriptor above stdio this process holds, with what it names
+        // (`fds:none`, or `fds:3=/path,7=socket:[…]`): a sandbox hands its command none (the
+        // differential fuzzer checks it).
+        "fds" => {
+            expect_args(0)?;
+            inherited_fds()
         }
         "tcp-connect" => {
             expect_args(1)?;
