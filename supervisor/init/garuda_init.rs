@@ -371,7 +371,7 @@ unsafe fn relocate() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The two programs: no `unsafe` below this line.
+// The two programs: no `unsafe` in them.
 
 fn run(args: &Args) -> ! {
     if args.argc() < 2 {

@@ -1165,7 +1165,10 @@ impl NetworkSession {
         kind: ExecutorKind,
         ask: Option<&Path>,
     ) -> Result<Option<NetworkSession>> {
-        let ask = ask.filter(|_| crate::proxy::hosts_may_be_asked(settings));
+        // Only a sandboxed command's host is asked about: outside the sandbox the command
+        // has the host's whole network, and a proxy on the host's loopback that asks would
+        // take questions from any local process.
+        let ask = ask.filter(|_| kind.is_sandbox() && crate::proxy::hosts_may_be_asked(settings));
         if settings.network_allow.is_empty() && ask.is_none() {
             return Ok(None);
         }

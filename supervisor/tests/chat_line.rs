@@ -132,6 +132,18 @@ fn edit_back(id: &str) -> Scripted {
     }])
 }
 
+/// The chat's stdout, after checking that it exited 0 (stdout and stderr in the message).
+fn succeeded(out: &Output) -> String {
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    stdout
+}
+
 fn questions(stdout: &str) -> usize {
     stdout
         .lines()
@@ -144,13 +156,7 @@ fn an_edit_refused_with_n_leaves_the_file_unchanged() {
     for (answer, want) in [("n", "hello\nworld\n"), ("y", "hello\nthere\n")] {
         let c = Chat::new(vec![edit("e1"), Scripted::text("ok")]);
         let out = c.chat(&format!("fix the README\n{answer}\n"));
-        let stdout = text(&out.stdout);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{stdout}\n{}",
-            text(&out.stderr)
-        );
+        let stdout = succeeded(&out);
         assert_eq!(c.readme(), want, "answer {answer}: {stdout}");
         assert!(stdout.contains("> fix the README\n"), "{stdout}");
         assert!(stdout.contains("? edit_file README.md: "), "{stdout}");
@@ -174,13 +180,7 @@ fn always_stops_the_next_identical_question_and_is_audited() {
     let script = || vec![edit("e1"), edit_back("e2"), Scripted::text("done")];
     let c = Chat::new(script());
     let out = c.chat("twice\na\n");
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert_eq!(questions(&stdout), 1, "{stdout}");
     assert!(
         stdout.contains("? answered: always, for this session\n"),
@@ -206,7 +206,7 @@ fn always_stops_the_next_identical_question_and_is_audited() {
     // Control: `y` allows once; the second edit is asked again.
     let c = Chat::new(script());
     let out = c.chat("twice\ny\ny\n");
-    let stdout = text(&out.stdout);
+    let stdout = succeeded(&out);
     assert_eq!(questions(&stdout), 2, "{stdout}");
     assert_eq!(c.readme(), "hello\nworld\n");
 }
@@ -218,13 +218,7 @@ fn audit_verify_prints_the_result_and_then_the_finding() {
     let out = c.command(&["sandbox", "--", "/bin/true"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let out = c.chat("/audit verify\n");
-    let before = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{before}\n{}",
-        text(&out.stderr)
-    );
+    let before = succeeded(&out);
     assert!(before.contains("garuda: audit log: VERIFIED"), "{before}");
     assert!(!before.contains("BAD_MAC"), "{before}");
 
@@ -264,13 +258,7 @@ fn the_models_escapes_reach_the_output_as_visible_text() {
     }
     let c = Chat::new(vec![Scripted::text(hostile)]);
     let out = c.chat("hello\n");
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     for byte in [0x1b_u8, 0x07, b'\r'] {
         assert!(!out.stdout.contains(&byte), "byte {byte:#x} in {stdout:?}");
     }
@@ -286,13 +274,7 @@ fn the_models_escapes_reach_the_output_as_visible_text() {
 fn help_unknown_commands_and_the_end_of_the_input() {
     let c = Chat::new(Vec::new());
     let out = c.chat("/help\n/frobnicate \x1b[2J\n");
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(
         stdout.starts_with("garuda chat: model anthropic/"),
         "{stdout}"
@@ -326,13 +308,7 @@ fn a_staged_commands_change_is_applied_or_discarded_as_answered() {
             Scripted::text("ok"),
         ]);
         let out = c.chat_with(&["--staged"], &format!("make it\n{answer}\n"));
-        let stdout = text(&out.stdout);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{stdout}\n{}",
-            text(&out.stderr)
-        );
+        let stdout = succeeded(&out);
         assert!(
             stdout.contains("? the staged command changed the project's view:"),
             "{stdout}"
@@ -370,13 +346,7 @@ fn a_bang_command_runs_sandboxed_and_its_output_reaches_the_next_message() {
     std::fs::write(c.w.home.join(".ssh/id_test"), "PRIVATE-KEY-BYTES\n").unwrap();
     let input = "!echo hi-from-user\n!cat ~/.ssh/id_test\nwhat did it say?\n";
     let out = c.chat(input);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.contains("\n  hi-from-user\n"), "{stdout}");
     assert!(
         stdout.contains("· !echo hi-from-user → exit 0\n"),
@@ -421,13 +391,7 @@ fn an_at_path_attaches_through_the_supervisors_rules() {
     std::fs::write(c.w.project.join("notes.md"), "NOTE-CONTENT\n").unwrap();
     std::fs::write(c.w.project.join(".env"), "TOKEN=ENV-SECRET\n").unwrap();
     let out = c.chat("look at @notes.md and @.env\n");
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.contains("· attached notes.md (1 lines)"), "{stdout}");
     assert!(stdout.contains("· @.env not attached: "), "{stdout}");
     let body = c.server.requests()[0].body.to_string();
@@ -445,13 +409,7 @@ fn an_at_path_attaches_through_the_supervisors_rules() {
 fn policy_and_audit_show_the_commands_output() {
     let c = Chat::new(Vec::new());
     let out = c.chat("/policy\n/audit\n");
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.contains("garuda: effective policy for "), "{stdout}");
     assert!(stdout.contains("garuda: executor in use: "), "{stdout}");
     assert!(stdout.contains("agent_session"), "{stdout}");
@@ -562,13 +520,7 @@ fn an_unlisted_host_is_asked_about_while_the_command_waits() {
     ] {
         let c = Chat::new(vec![fetch_localhost("h1"), Scripted::text("done")]);
         let out = c.chat(&format!("fetch it\n{answer}\n"));
-        let stdout = text(&out.stdout);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{stdout}\n{}",
-            text(&out.stderr)
-        );
+        let stdout = succeeded(&out);
         assert!(
             stdout.contains("? network access localhost:9: the network allowlist does not name it; the command waits for the answer\n"),
             "{stdout}"
@@ -597,13 +549,7 @@ fn an_unlisted_host_is_asked_about_while_the_command_waits() {
         Scripted::text("done"),
     ]);
     let out = c.chat("fetch it twice\na\n");
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert_eq!(questions(&stdout), 1, "{stdout}");
     let results = tool_results(&c);
     assert_eq!(results.len(), 2, "{results:?}");
@@ -637,13 +583,7 @@ fn an_unlisted_host_is_asked_about_while_the_command_waits() {
     )
     .unwrap();
     let out = c.chat_with(&["-p", "fetch it"], "y\n");
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(!stdout.contains("network access"), "{stdout}");
     let results = tool_results(&c);
     assert_eq!(results.len(), 1, "{results:?}");
@@ -651,6 +591,34 @@ fn an_unlisted_host_is_asked_about_while_the_command_waits() {
         results[0].contains("x-garuda-refused: not-in-allowlist"),
         "{results:?}"
     );
+}
+
+/// A command run outside the sandbox is never asked about: it has the host's whole network,
+/// so the chat hands it neither a proxy nor the supervisor's question socket (a proxy on the
+/// host's loopback that asks would take questions from any local process). Control: the same
+/// line in the sandbox gets the asking proxy.
+#[test]
+fn a_command_outside_the_sandbox_gets_no_asking_proxy() {
+    let show = "echo \"proxy=${HTTP_PROXY:-none}\"";
+    for (outside, expected) in [(true, "proxy=none"), (false, "proxy=http://")] {
+        let c = Chat::new(vec![
+            Scripted::reply(vec![Part::ToolUse {
+                id: "o1".into(),
+                name: "bash".into(),
+                input: json!({"command": show, "outside_sandbox": outside}),
+            }]),
+            Scripted::text("done"),
+        ]);
+        let out = c.chat("show the proxy\ny\n");
+        let stdout = succeeded(&out);
+        assert!(!stdout.contains("? network access"), "{stdout}");
+        let results = tool_results(&c);
+        assert_eq!(results.len(), 1, "{results:?}");
+        assert!(
+            results[0].contains(expected),
+            "outside {outside}: {results:?}"
+        );
+    }
 }
 
 /// The session id of each `garuda chat:` header line in `stdout`, in order.
@@ -684,13 +652,7 @@ fn clear_resume_and_model_switch_sessions() {
         Scripted::text("four"),
     ]);
     let out = c.chat("first words\n/clear\nsecond words\n");
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     let ids = session_ids(&stdout);
     assert_eq!(ids.len(), 2, "{stdout}");
     assert_ne!(ids[0], ids[1]);
@@ -713,13 +675,7 @@ fn clear_resume_and_model_switch_sessions() {
         ids[0]
     );
     let out = c.chat(&input);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(
         stdout.contains("garuda: cannot resume no-such-session: "),
         "{stdout}"

@@ -364,21 +364,30 @@ fn make_tree(base: &Path, case: &Case) {
     let gitdir = base.join(case.git.gitdir());
     let config = "[core]\n\trepositoryformatversion = 0\n";
     let hook = "#!/bin/sh\nexit 0\n";
-    match case.git {
-        GitShape::ConfigLink => {
-            put(&base.join("sibling/gitconfig"), config);
+    // `config` and `hooks` are in the git folder, or, in their own shape, links there to the
+    // folder beside the project: (shape, entry, its name beside, a file inside it, content).
+    for (shape, entry, beside, inner, content) in [
+        (GitShape::ConfigLink, "config", "gitconfig", None, config),
+        (
+            GitShape::HooksLink,
+            "hooks",
+            "hooks",
+            Some("pre-commit"),
+            hook,
+        ),
+    ] {
+        let file = |at: PathBuf| match inner {
+            Some(f) => at.join(f),
+            None => at,
+        };
+        if case.git == shape {
+            put(&file(base.join("sibling").join(beside)), content);
             fs::create_dir_all(&gitdir).unwrap();
-            std::os::unix::fs::symlink("../../sibling/gitconfig", gitdir.join("config")).unwrap();
+            std::os::unix::fs::symlink(format!("../../sibling/{beside}"), gitdir.join(entry))
+                .unwrap();
+        } else {
+            put(&file(gitdir.join(entry)), content);
         }
-        _ => put(&gitdir.join("config"), config),
-    }
-    match case.git {
-        GitShape::HooksLink => {
-            put(&base.join("sibling/hooks/pre-commit"), hook);
-            fs::create_dir_all(&gitdir).unwrap();
-            std::os::unix::fs::symlink("../../sibling/hooks", gitdir.join("hooks")).unwrap();
-        }
-        _ => put(&gitdir.join("hooks/pre-commit"), hook),
     }
     put(&gitdir.join("HEAD"), "ref: refs/heads/main\n");
     put(&gitdir.join("objects/o1"), "object\n");
@@ -561,7 +570,8 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, Entry> {
 /// `ok:` and the FNV-1a 64 hash of `bytes`, as the probe's `readall` answers for them.
 pub fn fnv(bytes: &[u8]) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
+    // The probe's `readall` hashes the first 1 MiB.
+    for b in &bytes[..bytes.len().min(1 << 20)] {
         hash = (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
     }
     format!("ok:{hash:016x}")
@@ -665,6 +675,13 @@ fn probe_args(
 /// Runs `case` on `kind` in a fresh tree at `base` (which must not be under `/tmp`: every
 /// sandbox has its own), with the probe program `probe`, and checks it.
 pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> Run {
+    // Every sandbox has a `/tmp` of its own: a tree there would be out of the command's reach
+    // for the wrong reason, and the checks would pass without testing anything.
+    assert!(
+        !base.starts_with("/tmp"),
+        "the case's folder {} must not be under /tmp",
+        base.display()
+    );
     remove_tree(base);
     fs::create_dir_all(base).unwrap();
     let base = fs::canonicalize(base).unwrap();
@@ -755,7 +772,7 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
             if second.is_none() {
                 let during = snapshot(&base);
                 let project = base.join("project");
-                for path in changed(&base, &before, &during)
+                for path in changed(&base, case.staged, &before, &during)
                     .into_iter()
                     .filter(|p| p.starts_with(&project))
                 {
@@ -818,12 +835,19 @@ pub fn run_case(probe: &Path, kind: ExecutorKind, base: &Path, case: &Case) -> R
         }
     }
     findings.extend(read.iter().filter_map(|r| inherited_descriptors(r)));
-    let changed_paths: Vec<String> = changed(&base, &before, &after)
+    // An operation the probe did not know (an older probe than the harness) checked nothing.
+    findings.extend(
+        read.iter()
+            .filter(|r| r.starts_with("usage-error:"))
+            .map(|r| format!("the probe did not run an operation: {r}")),
+    );
+    let changed_now = changed(&base, case.staged, &before, &after);
+    let changed_paths: Vec<String> = changed_now
         .iter()
         .filter_map(|p| p.strip_prefix(&base).ok())
         .map(|p| p.to_string_lossy().into_owned())
         .collect();
-    for path in changed(&base, &before, &after) {
+    for path in changed_now {
         let (was, is) = (before.get(path), after.get(path));
         let approved = case.staged && approved_by_a_person(&base, path);
         let declared = case.user.writable_cache && path.starts_with(base.join("home/cache"));
@@ -920,10 +944,12 @@ fn brief(entry: Option<&Entry>) -> String {
 }
 
 /// The entries of `after` that are not the same in `before`, and those that went: every path
-/// of the tree whose entry appeared, went or changed. Garuda's staging folders (the
-/// supervisor's own, under its home) are not the command's doing.
+/// of the tree whose entry appeared, went or changed. In a staged case Garuda's staging
+/// folders (the supervisor's own, under its home) are not the command's doing; in a direct one
+/// nothing may appear there.
 fn changed<'a>(
     base: &Path,
+    staged: bool,
     before: &'a BTreeMap<PathBuf, Entry>,
     after: &'a BTreeMap<PathBuf, Entry>,
 ) -> Vec<&'a PathBuf> {
@@ -933,7 +959,7 @@ fn changed<'a>(
     paths
         .into_iter()
         .filter(|p| before.get(*p) != after.get(*p))
-        .filter(|p| !p.starts_with(&staging) && **p != stop)
+        .filter(|p| !(staged && p.starts_with(&staging)) && **p != stop)
         .collect()
 }
 

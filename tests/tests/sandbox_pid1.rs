@@ -494,6 +494,8 @@ fn the_exec_step_closes_inherited_descriptors_and_executes_as_execvp() {
     // PATH searched, past a folder where the name is not executable.
     std::fs::create_dir(dir.path().join("bin")).unwrap();
     std::fs::write(dir.path().join("bin/hello"), "echo not this one\n").unwrap();
+    // Mode 644: found first and not executable, so the search goes on to /usr/bin/echo.
+    std::fs::write(dir.path().join("bin/echo"), "echo not this one\n").unwrap();
     let path = format!("{}/bin:/usr/bin:/bin", dir.path().display());
     let (code, out, _) = run(false, &["echo", "hi"], Some(&path));
     assert_eq!((code, out.as_str()), (Some(0), "hi\n"));

@@ -385,8 +385,14 @@ impl<'a> SessionTools<'a> {
         }
         let staged = self.runner.staged && !outside_sandbox;
         // The chat asks the person through its approver, over a socket in a private folder
-        // of this process; -p has no one to ask: the session's setting decides.
-        let asking = if (staged && self.runner.ask_staged) || self.runner.ask_hosts {
+        // of this process; -p has no one to ask: the session's setting decides. A command
+        // outside the sandbox asks nothing: it has the host's whole network (a question about
+        // a host would mean nothing), and no socket of the supervisor's is handed to it.
+        let may_ask = MayAsk {
+            staged: staged && self.runner.ask_staged,
+            hosts: self.runner.ask_hosts && !outside_sandbox,
+        };
+        let asking = if may_ask.staged || may_ask.hosts {
             let dir = crate::proxy::socket_dir::private_dir()?;
             let path = dir.join("ask.sock");
             let listener = std::os::unix::net::UnixListener::bind(&path)?;
@@ -441,6 +447,7 @@ impl<'a> SessionTools<'a> {
                 let status = self.relay_questions(
                     &mut child,
                     listener,
+                    may_ask,
                     &mut applying,
                     &mut reported,
                     hosts_asked,
@@ -486,6 +493,7 @@ impl<'a> SessionTools<'a> {
         &mut self,
         child: &mut std::process::Child,
         listener: &std::os::unix::net::UnixListener,
+        may_ask: MayAsk,
         applying: &mut bool,
         reported: &mut Option<String>,
         hosts_asked: &mut Vec<Value>,
@@ -512,12 +520,12 @@ impl<'a> SessionTools<'a> {
                         continue;
                     }
                     if let crate::staged_ask::StagedQuestion::Host { host, port } = question {
-                        let answer = self.host_question(host, port, hosts_asked);
+                        let answer = self.host_question(may_ask.hosts, host, port, hosts_asked);
                         crate::staged_ask::answer_host(&stream, answer);
                         continue;
                     }
-                    if !(self.runner.ask_staged && self.runner.staged) {
-                        // Only a staged session's child asks about a change.
+                    if !may_ask.staged {
+                        // Only a staged command's child asks about a change.
                         crate::staged_ask::answer(&stream, false);
                         continue;
                     }
@@ -549,13 +557,20 @@ impl<'a> SessionTools<'a> {
     /// person allowed it for the session, refused when hosts may not be asked, else asked.
     fn host_question(
         &mut self,
+        may_ask: bool,
         host: String,
         port: u16,
         hosts_asked: &mut Vec<Value>,
     ) -> crate::proxy::AskAnswer {
         use crate::proxy::AskAnswer;
+        // Only a name the proxy itself would have asked about is put to the person: what
+        // comes over the socket is checked again, not trusted.
+        let is_name = matches!(
+            garuda_policy::network::TargetHost::parse(&host),
+            Ok(garuda_policy::network::TargetHost::Name(_))
+        );
         let key = (host, port);
-        let (answer, how) = if !self.runner.ask_hosts {
+        let (answer, how) = if !may_ask || !is_name {
             (AskAnswer::Deny, "not asked")
         } else if self.session_hosts.contains(&key) {
             (AskAnswer::AllowSession, "allowed earlier for this session")
@@ -662,6 +677,15 @@ impl ToolHost for SessionTools<'_> {
             Request::JournalAppend { record } => (self.journal_append(record), None),
         }
     }
+}
+
+/// What one command's child may ask the person over its socket.
+#[derive(Debug, Clone, Copy)]
+struct MayAsk {
+    /// Whether to apply or discard a staged change, and its guards' questions.
+    staged: bool,
+    /// A host the network allowlist does not name.
+    hosts: bool,
 }
 
 /// Reads a pipe to its end, keeping at most [`MAX_COMMAND_OUTPUT`] bytes.

@@ -89,29 +89,25 @@ fn outcome(ret: libc::c_long) -> String {
     }
 }
 
-/// The `fds` line: descriptors above 2 open in this process, by number and target.
-/// `read_dir` holds one descriptor of its own while it lists, a handle on `/proc/PID/fd`;
-/// that target is left out.
+/// The `fds` line: descriptors above 2 open in this process, by number and target. The
+/// numbers are listed first and the listing closed; a number whose link is then gone was the
+/// listing's own handle. Nothing else is left out (a handle on some `/proc/N/fd` is reported
+/// like any other).
 fn inherited_fds() -> String {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return "fds:unreadable".to_string();
+    let numbers: Vec<u32> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(dir) => dir
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|n| *n > 2)
+            .collect(),
+        Err(_) => return "fds:unreadable".to_string(),
     };
-    let own = |t: &str| {
-        t.strip_prefix("/proc/")
-            .and_then(|r| r.strip_suffix("/fd"))
-            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
-    };
-    let mut fds: Vec<(u32, String)> = dir
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|n| *n > 2)
-        .map(|n| {
-            let target = std::fs::read_link(format!("/proc/self/fd/{n}"))
-                .map(|t| t.display().to_string())
-                .unwrap_or_else(|_| "?".into());
-            (n, target)
+    let mut fds: Vec<(u32, String)> = numbers
+        .into_iter()
+        .filter_map(|n| {
+            let target = std::fs::read_link(format!("/proc/self/fd/{n}")).ok()?;
+            Some((n, target.display().to_string()))
         })
-        .filter(|(_, t)| !own(t))
         .collect();
     fds.sort();
     if fds.is_empty() {
@@ -158,9 +154,11 @@ fn read_file(path: &CString) -> String {
     line
 }
 
-/// Reads the whole file (at most 1 MiB): `ok:<FNV-1a 64 of the bytes, hex>`, so that the
-/// differential fuzzer can tell a secret's content from an empty file put in its place.
+/// Reads the whole file (its first 1 MiB): `ok:<FNV-1a 64 of the bytes, hex>`, so that the
+/// differential fuzzer can tell a secret's content from an empty file put in its place (it
+/// hashes the same prefix, `garuda_tests::diff::fnv`).
 fn read_all(path: &CString) -> String {
+    const LIMIT: usize = 1 << 20;
     let fd = open(path, libc::O_RDONLY);
     if fd < 0 {
         return outcome(fd);
@@ -169,12 +167,16 @@ fn read_all(path: &CString) -> String {
     let mut buf = [0u8; 4096];
     let mut total = 0usize;
     let line = loop {
-        // SAFETY: `buf` is a valid buffer of its length; `fd` is open.
-        let n = unsafe { libc::read(fd as libc::c_int, buf.as_mut_ptr().cast(), buf.len()) };
+        let want = buf.len().min(LIMIT - total);
+        if want == 0 {
+            break format!("ok:{hash:016x}");
+        }
+        // SAFETY: `buf` is a valid buffer of at least `want` bytes; `fd` is open.
+        let n = unsafe { libc::read(fd as libc::c_int, buf.as_mut_ptr().cast(), want) };
         if n < 0 {
             break outcome(-1);
         }
-        if n == 0 || total >= 1 << 20 {
+        if n == 0 {
             break format!("ok:{hash:016x}");
         }
         let n = n as usize;
