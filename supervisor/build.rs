@@ -53,6 +53,9 @@ fn main() {
             "link-arg=-nostartfiles",
             "-C",
             "link-arg=-nostdlib",
+            // Plain RELA relocations, the only kind the program applies to itself.
+            "-C",
+            "link-arg=-Wl,-z,nopack-relative-relocs",
             "-C",
             "debuginfo=0",
             "-C",

@@ -22,9 +22,10 @@
 //!
 //! Anything else exits 125. It never allocates and keeps every buffer on its stack.
 //!
-//! The `unsafe` code is in three places: the start (the kernel's stack becomes [`Args`], and
-//! the program relocates itself), the system calls (each in one small function with safe
-//! arguments), and the two memory functions the compiler may call.
+//! The `unsafe` code is in four places: the start (the program relocates itself), the
+//! `kernel` module (the kernel's strings, which nothing else can make, and the `execve` calls
+//! that pass them on), the system calls (each in one small function with safe arguments), and
+//! the two memory functions the compiler may call.
 
 #![no_std]
 #![no_main]
@@ -135,27 +136,6 @@ fn close_above_stdio() -> isize {
     unsafe { syscall(nr::CLOSE_RANGE, 3, u32::MAX as usize, 0, 0) }
 }
 
-/// `execve(path, argv, envp)`: returns only on failure, with the negative errno. `path` must
-/// end with its NUL (else `-ENAMETOOLONG`, nothing called); `argv` and `envp` are made only of
-/// strings the kernel gave this process ([`Args`]), ended by a null.
-fn execve(path: &[u8], argv: &[KernelStr], envp: EnvList) -> isize {
-    if path.last() != Some(&0) || argv.last().is_none_or(|a| !a.0.is_null()) {
-        return -ENAMETOOLONG;
-    }
-    // SAFETY: `path` is NUL-terminated (checked), `argv` a null-terminated array of the
-    // kernel's strings (checked, and `KernelStr` holds nothing else), `envp` the kernel's own
-    // null-terminated environment.
-    unsafe {
-        syscall(
-            nr::EXECVE,
-            path.as_ptr() as usize,
-            argv.as_ptr() as usize,
-            envp.0 as usize,
-            0,
-        )
-    }
-}
-
 fn say(msg: &[u8]) {
     write(2, msg);
 }
@@ -194,88 +174,153 @@ global_asm!(
     start = sym start,
 );
 
-/// A pointer to a NUL-terminated string that stays valid while it is used (or null, as the
-/// end of an array). [`Args`] makes these from the kernel's own arrays, which live as long as
-/// the process; the only others are the `/bin/sh` fallback's two (a static string and a path
-/// on the stack of the function whose `execve` uses them, never read back).
-#[derive(Clone, Copy)]
-#[repr(transparent)]
-struct KernelStr(*const u8);
+/// The kernel's strings and the calls that pass them on. Nothing outside this module can
+/// make a [`KernelStr`]: every one is a string the kernel put on the initial stack (or the null
+/// ending an array), so reading one is sound from safe code.
+mod kernel {
+    use super::{ENAMETOOLONG, ENOEXEC, MAX_ARGS, nr, syscall};
 
-impl KernelStr {
-    const NULL: KernelStr = KernelStr(core::ptr::null());
+    /// A pointer to a NUL-terminated string on the initial stack, or the null ending an
+    /// array.
+    #[derive(Clone, Copy)]
+    #[repr(transparent)]
+    pub struct KernelStr(*const u8);
 
-    /// The string's bytes, without the NUL; empty for the null pointer. Only for the kernel's
-    /// strings (the `'static` is theirs).
-    fn bytes(self) -> &'static [u8] {
-        if self.0.is_null() {
-            return &[];
+    impl KernelStr {
+        /// The string's bytes, without the NUL; empty for the null.
+        pub fn bytes(self) -> &'static [u8] {
+            if self.0.is_null() {
+                return &[];
+            }
+            let mut len = 0;
+            // SAFETY: a `KernelStr` is the kernel's (see the module): NUL-terminated, on the
+            // initial stack, never freed. A volatile read keeps the loop a loop (the compiler
+            // would make it a call to `strlen`, which is not here).
+            while unsafe { core::ptr::read_volatile(self.0.add(len)) } != 0 {
+                len += 1;
+            }
+            // SAFETY: `len` bytes from the pointer were just read.
+            unsafe { core::slice::from_raw_parts(self.0, len) }
         }
-        let mut len = 0;
-        // SAFETY: called only on the kernel's strings (see the type): NUL-terminated, on the
-        // initial stack, never freed. A volatile read keeps the loop a loop (the compiler would make it a call to
-        // `strlen`, which is not here).
-        while unsafe { core::ptr::read_volatile(self.0.add(len)) } != 0 {
-            len += 1;
+
+        fn is_null(self) -> bool {
+            self.0.is_null()
         }
-        // SAFETY: `len` bytes from the pointer were just read.
-        unsafe { core::slice::from_raw_parts(self.0, len) }
     }
-}
 
-/// The environment as the kernel gave it: a null-terminated array of [`KernelStr`].
-#[derive(Clone, Copy)]
-struct EnvList(*const KernelStr);
+    /// The environment as the kernel gave it: a null-terminated array of [`KernelStr`].
+    #[derive(Clone, Copy)]
+    pub struct EnvList(*const KernelStr);
 
-/// The process's arguments and environment, as the kernel laid them out.
-struct Args {
-    /// `argv[0..argc]` and the null after them.
-    argv: &'static [KernelStr],
-    env: EnvList,
-}
+    /// The process's arguments and environment, as the kernel laid them out.
+    pub struct Args {
+        /// `argv[0..argc]` and the null after them.
+        argv: &'static [KernelStr],
+        env: EnvList,
+    }
 
-impl Args {
-    /// # Safety
-    /// `sp` is the stack pointer the kernel started the process with.
-    unsafe fn from_stack(sp: *const usize) -> Args {
-        // SAFETY: the kernel's initial stack: argc, then argc pointers and a null, then the
-        // environment's pointers and a null; none of it is ever freed.
+    impl Args {
+        /// # Safety
+        /// `sp` is the stack pointer the kernel started the process with.
+        pub unsafe fn from_stack(sp: *const usize) -> Args {
+            // SAFETY: the kernel's initial stack: argc, then argc pointers and a null, then
+            // the environment's pointers and a null; none of it is ever freed.
+            unsafe {
+                let argc = *sp;
+                let argv = sp.add(1) as *const KernelStr;
+                Args {
+                    argv: core::slice::from_raw_parts(argv, argc + 1),
+                    env: EnvList(argv.add(argc + 1)),
+                }
+            }
+        }
+
+        /// `argv` with the null after it.
+        pub fn argv(&self) -> &'static [KernelStr] {
+            self.argv
+        }
+
+        pub fn env(&self) -> EnvList {
+            self.env
+        }
+
+        pub fn argc(&self) -> usize {
+            self.argv.len() - 1
+        }
+
+        pub fn arg(&self, i: usize) -> &'static [u8] {
+            self.argv.get(i).map_or(&[][..], |a| a.bytes())
+        }
+
+        /// The value of `NAME=` in the environment, if set.
+        pub fn env_var(&self, prefix: &[u8]) -> Option<&'static [u8]> {
+            let mut at = self.env.0;
+            loop {
+                // SAFETY: the environment array is null-terminated and `at` has not passed
+                // its null (the loop stops there).
+                let entry = unsafe { *at };
+                if entry.is_null() {
+                    return None;
+                }
+                if let Some(value) = entry.bytes().strip_prefix(prefix) {
+                    return Some(value);
+                }
+                at = at.wrapping_add(1);
+            }
+        }
+    }
+
+    /// `execve(path, argv, env)`: returns only on failure, with the negative errno. `path`
+    /// must end with its NUL and `argv` with the null (else `-ENAMETOOLONG`, nothing called).
+    pub fn execve(path: &[u8], argv: &[KernelStr], env: EnvList) -> isize {
+        if path.last() != Some(&0) || argv.last().is_none_or(|a| !a.is_null()) {
+            return -ENAMETOOLONG;
+        }
+        // SAFETY: `path` is NUL-terminated (checked), `argv` a null-terminated array of the
+        // kernel's strings (checked; a `KernelStr` is nothing else), `env` the kernel's own
+        // null-terminated environment.
         unsafe {
-            let argc = *sp;
-            let argv = sp.add(1) as *const KernelStr;
-            Args {
-                argv: core::slice::from_raw_parts(argv, argc + 1),
-                env: EnvList(argv.add(argc + 1)),
-            }
+            syscall(
+                nr::EXECVE,
+                path.as_ptr() as usize,
+                argv.as_ptr() as usize,
+                env.0 as usize,
+                0,
+            )
         }
     }
 
-    fn argc(&self) -> usize {
-        self.argv.len() - 1
-    }
-
-    fn arg(&self, i: usize) -> &'static [u8] {
-        self.argv.get(i).map_or(&[][..], |a| a.bytes())
-    }
-
-    /// The value of `NAME=` in the environment, if set.
-    fn env_var(&self, prefix: &[u8]) -> Option<&'static [u8]> {
-        let mut at = self.env.0;
-        loop {
-            // SAFETY: the environment array is null-terminated and `at` has not passed its
-            // null (the loop stops there).
-            let entry = unsafe { *at };
-            if entry.0.is_null() {
-                return None;
-            }
-            if let Some(value) = entry.bytes().strip_prefix(prefix) {
-                return Some(value);
-            }
-            // SAFETY: `entry` was not the null, so the array goes on.
-            at = unsafe { at.add(1) };
+    /// `execve("/bin/sh", ["/bin/sh", path, rest…], env)`, as `execvp` does for a file with
+    /// no `#!` line; `rest` is `argv[1..]` with its null. Returns the negative errno.
+    pub fn execve_sh(path: &[u8], rest: &[KernelStr], env: EnvList) -> isize {
+        const SH: &[u8] = b"/bin/sh\0";
+        if path.last() != Some(&0) || rest.last().is_none_or(|a| !a.is_null()) {
+            return -ENAMETOOLONG;
+        }
+        if rest.len() + 2 > MAX_ARGS {
+            return -ENOEXEC;
+        }
+        let mut argv = [core::ptr::null::<u8>(); MAX_ARGS];
+        argv[0] = SH.as_ptr();
+        argv[1] = path.as_ptr();
+        for (slot, arg) in argv[2..].iter_mut().zip(rest) {
+            *slot = arg.0;
+        }
+        // SAFETY: `SH` and `path` are NUL-terminated and alive for the call, the rest are
+        // the kernel's strings, and the array ends with `rest`'s null (copied above).
+        unsafe {
+            syscall(
+                nr::EXECVE,
+                SH.as_ptr() as usize,
+                argv.as_ptr() as usize,
+                env.0 as usize,
+                0,
+            )
         }
     }
 }
+
+use kernel::{Args, EnvList, KernelStr};
 
 unsafe extern "C" fn start(sp: *const usize) -> ! {
     // SAFETY: runs first, once, before anything reads a relocated pointer.
@@ -387,7 +432,7 @@ fn run(args: &Args) -> ! {
         }
     }
     if args.arg(1) == b"garuda-exec-closed" && args.argc() >= 3 {
-        exec_closed(&args.argv[2..], args)
+        exec_closed(&args.argv()[2..], args)
     }
     exit(SETUP_FAILED)
 }
@@ -449,7 +494,7 @@ fn exec_closed(argv: &[KernelStr], args: &Args) -> ! {
     } else if name.contains(&b'/') {
         let mut path = [0u8; 4096];
         match nul_terminated(&mut path, &[name]) {
-            Some(path) => execve_or_sh(path, argv, args.env),
+            Some(path) => execve_or_sh(path, argv, args.env()),
             None => -ENAMETOOLONG,
         }
     } else {
@@ -477,21 +522,11 @@ fn nul_terminated<'a>(buf: &'a mut [u8], parts: &[&[u8]]) -> Option<&'a [u8]> {
 /// `execve`, and for a file the kernel does not know how to run (`ENOEXEC`: no `#!`),
 /// `/bin/sh FILE ARGS…` as `execvp` does. Returns the negative errno of the failure.
 fn execve_or_sh(path: &[u8], argv: &[KernelStr], env: EnvList) -> isize {
-    let err = execve(path, argv, env);
+    let err = kernel::execve(path, argv, env);
     if err != -ENOEXEC {
         return err;
     }
-    // `/bin/sh PATH ARGS…`: the program and the path are this program's strings, not the
-    // kernel's, so they go through the `execve` below only as the first two entries.
-    let mut sh_argv = [KernelStr::NULL; MAX_ARGS];
-    let rest = &argv[1..];
-    if rest.len() + 2 > MAX_ARGS {
-        return -ENOEXEC;
-    }
-    sh_argv[0] = KernelStr(b"/bin/sh\0".as_ptr());
-    sh_argv[1] = KernelStr(path.as_ptr());
-    sh_argv[2..2 + rest.len()].copy_from_slice(rest);
-    execve(b"/bin/sh\0", &sh_argv[..2 + rest.len()], env);
+    kernel::execve_sh(path, &argv[1..], env);
     -ENOEXEC
 }
 
@@ -509,7 +544,7 @@ fn search_path(name: &[u8], argv: &[KernelStr], args: &Args) -> isize {
             last = -ENAMETOOLONG;
             continue;
         };
-        match execve_or_sh(full, argv, args.env) {
+        match execve_or_sh(full, argv, args.env()) {
             e if e == -EACCES => seen_eacces = true,
             e if e == -ENOENT || e == -ENOTDIR || e == -ELOOP || e == -ENAMETOOLONG => last = e,
             e => return e,

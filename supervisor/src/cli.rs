@@ -382,6 +382,13 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => return parse_failed(e, &args),
     };
+    // The sandboxes' start-up program is made here, while the process has one thread: made
+    // later, a thread's fork could hold a copy of its still-writable descriptor and make the
+    // first `execve` of it fail (`ETXTBSY`). An error is the sandbox's to report (it asks
+    // again and fails its setup, exit 125).
+    if matches!(cli.command, None | Some(Cmd::Sandbox { .. })) {
+        let _ = crate::sys::init_program();
+    }
     let Some(command) = cli.command else {
         // Neither a task nor a subcommand: the chat.
         let chat = cli.print.is_none();

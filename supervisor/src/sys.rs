@@ -919,12 +919,19 @@ fn plan_fd(fd: RawFd) -> std::os::fd::BorrowedFd<'static> {
     unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
 }
 
-/// Close a plan's descriptor in a forked child (see [`plan_fd`]); an error only means it was
-/// not open.
+/// Close a plan's descriptor in a forked child (see [`plan_fd`]). `close` itself, not an
+/// `OwnedFd`'s drop, which would abort a debug build on an already closed descriptor.
 fn close_raw(fd: RawFd) {
-    // SAFETY: the descriptor is the plan's, open in this child, and nothing uses it after.
-    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    // SAFETY: `close` on an integer: the descriptor is the plan's, and nothing uses it after.
+    unsafe { libc::close(fd) };
 }
+
+/// `dup2` of a descriptor onto 0, 1 and 2, in that order.
+const STDIO_DUPS: [fn(std::os::fd::BorrowedFd<'static>) -> rustix::io::Result<()>; 3] = [
+    rustix::stdio::dup2_stdin::<std::os::fd::BorrowedFd<'static>>,
+    rustix::stdio::dup2_stdout::<std::os::fd::BorrowedFd<'static>>,
+    rustix::stdio::dup2_stderr::<std::os::fd::BorrowedFd<'static>>,
+];
 
 /// Exit code of a child whose setup failed before the command ran.
 pub const SETUP_FAILED_EXIT: i32 = 125;
@@ -974,10 +981,13 @@ fn outer_main(plan: &NativePlan) -> ! {
         report(rep, Stage::Setsid as u32, e.raw_os_error());
         exit_now(SETUP_FAILED_EXIT)
     }
-    for (target, &fd) in plan.stdio.iter().enumerate() {
-        // SAFETY: dup2 on integer descriptors.
-        if fd != target as RawFd && unsafe { libc::dup2(fd, target as RawFd) } < 0 {
-            fail(rep, Stage::Stdio as u32);
+    for (target, (&fd, dup)) in plan.stdio.iter().zip(STDIO_DUPS).enumerate() {
+        if fd == target as RawFd {
+            continue;
+        }
+        if let Err(e) = dup(plan_fd(fd)) {
+            report(rep, Stage::Stdio as u32, e.raw_os_error());
+            exit_now(SETUP_FAILED_EXIT)
         }
     }
     let flags = libc::CLONE_NEWUSER
@@ -1193,7 +1203,8 @@ fn init_main(plan: &NativePlan) -> ! {
     if let Some(cmd) = rustix::process::Pid::from_raw(cmd) {
         let _ = rustix::process::kill_process(cmd, rustix::process::Signal::KILL);
     }
-    drop(sync_write);
+    // `sync_write` closes with this process, not before.
+    let _ = std::os::fd::IntoRawFd::into_raw_fd(sync_write);
     exit_now(SETUP_FAILED_EXIT)
 }
 
@@ -1244,12 +1255,8 @@ fn become_reaper(plan: &NativePlan, cmd: libc::pid_t) -> (Stage, i32) {
         Err(e) => return (Stage::Pid1Stdio, e.raw_os_error()),
     };
     // The copies on 0, 1 and 2 are not close-on-exec; `null` itself closes when dropped.
-    for dup in [
-        rustix::stdio::dup2_stdin::<&std::os::fd::OwnedFd>,
-        rustix::stdio::dup2_stdout,
-        rustix::stdio::dup2_stderr,
-    ] {
-        if let Err(e) = dup(&null) {
+    for dup in STDIO_DUPS {
+        if let Err(e) = dup(plan_fd(null.as_raw_fd())) {
             return (Stage::Pid1Stdio, e.raw_os_error());
         }
     }
@@ -2075,15 +2082,13 @@ fn wait_for_pid1(pid1: libc::pid_t, life_write: RawFd) -> ! {
     match decode_status(status) {
         RawExit::Code(code) => exit_now(code),
         RawExit::Signal(signal) => {
-            // End by the same signal, without a core file of this copy of the supervisor.
-            // SAFETY: prctl, signal and kill with integer arguments; _exit ends the process
-            // if the signal did not.
-            unsafe {
-                libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-                libc::signal(signal, libc::SIG_DFL);
-                libc::kill(libc::getpid(), signal);
-                libc::_exit(128 + signal)
-            }
+            // End by the same signal, without a core file of this copy of the supervisor;
+            // `exit_now` ends the process if the signal did not.
+            let _ = set_dumpable(false);
+            // SAFETY: `signal` with an integer and the default disposition.
+            unsafe { libc::signal(signal, libc::SIG_DFL) };
+            let _ = kill(current_pid(), signal);
+            exit_now(128 + signal)
         }
     }
 }

@@ -219,6 +219,17 @@ fn unsafe_is_forbidden_outside_the_supervisor_sys_module() {
         blocks > 0 && notes >= blocks,
         "garuda_init.rs: {blocks} unsafe blocks, {notes} SAFETY notes"
     );
+    // The program and the supervisor speak the same words: the reaper's name, the exec step's
+    // marker, the setup-failure exit code and the signal report's stage.
+    for (in_sys, in_init) in [
+        ("c\"garuda-sandbox-init\"", "b\"garuda-sandbox-init\""),
+        ("c\"garuda-exec-closed\"", "b\"garuda-exec-closed\""),
+        ("SETUP_FAILED_EXIT: i32 = 125;", "SETUP_FAILED: i32 = 125;"),
+        ("Signaled = 16,", "STAGE_SIGNALED: u32 = 16;"),
+    ] {
+        assert!(sys.contains(in_sys), "sys.rs: {in_sys}");
+        assert!(init.contains(in_init), "garuda_init.rs: {in_init}");
+    }
     // Each block has its note in the comment lines right above it.
     assert_eq!(
         unnoted_unsafe_blocks(init),

@@ -54,8 +54,9 @@ pub struct Fds {
     /// bwrap's own setup failure, not the command's exit code. `None`: not asked for (the
     /// benchmarks' bare bwrap).
     pub status: Option<i32>,
-    /// The supervisor's own executable (an `O_PATH` handle): bwrap executes it through
-    /// `/proc/self/fd/N` as the exec step ([`sys::EXEC_CLOSED_ARGV1`]), which closes every
+    /// The start-up program (`sys::init_program`, a sealed memory file opened read-only):
+    /// bwrap executes it through `/proc/self/fd/N` as the exec step
+    /// ([`sys::EXEC_CLOSED_ARGV1`]), which closes every
     /// descriptor above stdio, the held bind sources among them, before it executes the
     /// command. `None`: bwrap executes the command itself (the benchmarks' bare bwrap, which
     /// holds no handle the command could use).
@@ -235,6 +236,7 @@ pub fn availability() -> Result<String, String> {
     let Some(path) = bwrap_path() else {
         return Err("bwrap not found (install the bubblewrap package)".into());
     };
+    super::start_up_program()?;
     let out = Command::new(&path)
         .arg("--version")
         .output()

@@ -1,6 +1,7 @@
 //! The native `landlock` executor: namespaces, mounts, Landlock and seccomp, with no helper
-//! program (the sandbox's PID 1 executes the supervisor's own file once, to shed its copy of
-//! the supervisor: see `sys::become_reaper`).
+//! program on disk (the sandbox's PID 1 executes the start-up program embedded in the
+//! supervisor, `sys::INIT_PROGRAM`, to shed its copy of the supervisor: see
+//! `sys::become_reaper`).
 //!
 //! The parent prepares a [`sys::NativePlan`] (every string, the mount steps, the Landlock
 //! ruleset, the seccomp program) and forks once; see [`sys::spawn_native`] for the process
@@ -116,6 +117,7 @@ pub fn availability() -> Result<String, String> {
         return Err(too_old(abi));
     }
     kernel_supported()?;
+    super::start_up_program()?;
     sys::probe(sys::ProbeKind::RecursiveReadOnly, None).map_err(|e| {
         format!("cannot create user and mount namespaces or make mounts read-only: {e} (unprivileged user namespaces may be disabled: sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces)")
     })?;

@@ -31,6 +31,18 @@ pub use select::{probe_executors, select_executor, Probe, Selection};
 /// public so that tests can run it on its own.
 pub use crate::sys::INIT_PROGRAM;
 
+/// Whether the sandboxes' start-up program can be made here (both Linux executors need it):
+/// built for this platform, and a sealed memory file that may be executed (a kernel with
+/// `vm.memfd_noexec = 2` refuses one). Part of each executor's availability, so that `doctor`
+/// and `auto` say so instead of every run failing its setup.
+pub(crate) fn start_up_program() -> Result<(), String> {
+    crate::sys::init_program().map(drop).map_err(|e| {
+        format!(
+            "cannot make the sandbox's start-up program: {e} (it is executed from a sealed memory file; vm.memfd_noexec = 2 forbids that)"
+        )
+    })
+}
+
 /// The executor backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
