@@ -1459,6 +1459,20 @@ fn check_heredoc_delimiters(text: &str) -> Result<(), SplitError> {
                     .to_owned(),
             });
         }
+        // brush's tokenizer panics (an `unwrap` on the end of the input) on a here-document
+        // started inside a command substitution that closes before the document's body, on
+        // the same line (`"$(<<EOF)…` with the body after). Refused up front; the usual form,
+        // with the body and `EOF` before the `)`, is not affected. Quote-blind, as above.
+        let rest_of_line = &text[end..text[end..].find('\n').map_or(text.len(), |n| end + n)];
+        if text[..at].contains("$(") && rest_of_line.contains(')') {
+            return Err(SplitError::Syntax {
+                line: preview(text),
+                at: None,
+                reason: "here-document in a command substitution that closes before its body \
+                         (not supported)"
+                    .to_owned(),
+            });
+        }
     }
     Ok(())
 }
@@ -1931,6 +1945,31 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    /// A here-document started in a command substitution that closes before its body made
+    /// brush's tokenizer panic (found by the `command_splitter` fuzz target in CI): the line is
+    /// refused as a syntax error, and the usual `"$(cat <<'EOF' … EOF\n)"` form still splits.
+    #[test]
+    fn a_heredoc_whose_substitution_closes_first_is_refused_not_a_panic() {
+        for line in [
+            "\"$(<<'EOF')$(( \u{ff}0$( \u{ff})\u{ff}\u{ff}\nEOF\n\"",
+            "echo \"$(cat <<EOF)\" x\nbody\nEOF\n",
+        ] {
+            let got = split(line);
+            assert!(
+                matches!(&got, Err(SplitError::Syntax { reason, .. }) if reason.contains("closes before its body")),
+                "{line:?}: {got:?}"
+            );
+        }
+        let usual = "git commit -m \"$(cat <<'EOF'\nthe message\nEOF\n)\"";
+        let split_usual = argvs(usual);
+        assert!(
+            split_usual
+                .iter()
+                .any(|a| a.starts_with(&["git".into(), "commit".into()])),
+            "{split_usual:?}"
+        );
+    }
 
     fn argvs(line: &str) -> Vec<Vec<String>> {
         split(line)
