@@ -16,7 +16,7 @@
 //!   their results are put back in call order; a write call is sent only after the previous
 //!   call's answer came.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::{ready, Future};
 use std::pin::Pin;
 
@@ -193,6 +193,7 @@ impl<'a, M: Model, S: Supervisor> Agent<'a, M, S> {
                 next_id: Cell::new(1),
                 turn_usage: Cell::new(Usage::default()),
                 session_usage: Cell::new(Usage::default()),
+                unsettled: RefCell::new(Vec::new()),
             },
         }
     }
@@ -228,6 +229,7 @@ impl<'a, M: Model, S: Supervisor> Agent<'a, M, S> {
             steps: end.steps,
         })
         .await?;
+        core.settle_journal().await?;
         Ok(TurnOutcome {
             reason: end.reason,
             text: end.text,
@@ -284,7 +286,13 @@ struct Core<'a, M, S> {
     next_id: Cell<u64>,
     turn_usage: Cell<Usage>,
     session_usage: Cell<Usage>,
+    /// Journal records sent whose answers have not been looked at (see [`Core::journal`]).
+    unsettled: RefCell<Vec<u64>>,
 }
+
+/// More journal answers than this waiting are looked at before the next record is sent, so
+/// that a session of many records without a model call between them keeps a bounded list.
+const UNSETTLED_MAX: usize = 64;
 
 struct RunLimits {
     max_steps: u32,
@@ -409,7 +417,17 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
 
     /// Appends one record to the journal. A record the supervisor could not store is shown
     /// (resume would miss it) but does not stop the turn.
+    ///
+    /// The answer is not awaited here: the supervisor serves the channel's frames in order,
+    /// so the record is written before any request sent after it is handled, and waiting
+    /// would only put a round trip of the channel (two thread wake-ups in each process) on
+    /// every step's path, up to three per tool step. The answers are looked at in
+    /// [`Core::settle_journal`]: once the model has answered the next request (they are in by
+    /// then), at the end of a turn, and when [`UNSETTLED_MAX`] wait.
     async fn journal(&self, record: Record) -> Result<(), LinkError> {
+        if self.unsettled.borrow().len() >= UNSETTLED_MAX {
+            self.settle_journal().await?;
+        }
         let id = self.id();
         self.link.send(
             id,
@@ -417,10 +435,20 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
                 record: record.to_line(),
             },
         )?;
-        if let garuda_ipc::Answer::Error { message, .. } = self.link.answer(id).await? {
-            self.link.ui(UiEvent::Notice {
-                text: format!("the journal did not store a record ({message}): a resume of this session will miss it"),
-            });
+        self.unsettled.borrow_mut().push(id);
+        Ok(())
+    }
+
+    /// Looks at the answers of the journal records sent so far, in order: each record the
+    /// supervisor could not store is shown.
+    async fn settle_journal(&self) -> Result<(), LinkError> {
+        let ids = std::mem::take(&mut *self.unsettled.borrow_mut());
+        for id in ids {
+            if let garuda_ipc::Answer::Error { message, .. } = self.link.answer(id).await? {
+                self.link.ui(UiEvent::Notice {
+                    text: format!("the journal did not store a record ({message}): a resume of this session will miss it"),
+                });
+            }
         }
         Ok(())
     }
@@ -513,6 +541,8 @@ impl<M: Model, S: Supervisor> Core<'_, M, S> {
                 r = call => Some(r),
             }
         };
+        // The journal's answers to the records sent before this request are in by now.
+        self.settle_journal().await?;
         let mut charged: u64 = held.iter().map(|r| r.tokens()).sum();
         let mut reported = None;
         if let Some(Ok(response)) = &outcome {

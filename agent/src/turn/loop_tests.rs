@@ -208,6 +208,46 @@ async fn a_tool_step_runs_and_its_results_go_back_to_the_model() {
     }));
 }
 
+/// A tool step does not wait for the journal's answers (they are read once the model has
+/// answered the next request), and a record the journal could not store is still shown, once
+/// per record, before the turn returns. Control: the records precede the tool request on the
+/// channel, so the supervisor has written them before it runs the call.
+#[tokio::test]
+async fn journal_answers_are_read_after_the_model_and_failures_are_shown() {
+    let model = ScriptedModel::default();
+    model.script(
+        SYS,
+        vec![
+            Reply::Respond(calls(
+                &[("t1", "read_file", json!({"path": "a.rs"}))],
+                (50, 5),
+            )),
+            Reply::Respond(text("done", (90, 2))),
+        ],
+    );
+    let sup = supervisor();
+    sup.journal_fails.set(true);
+    let mut agent = Agent::new(&model, &sup, LoopConfig::default(), SYS.into());
+    let out = agent.run_turn("go").await.unwrap();
+    assert_eq!(out.reason, StopReason::Done);
+    // The prompt, the first usage and the model's message were journaled before the call;
+    // of their answers only the prompt's (sent before the first model request) was read.
+    assert_eq!(sup.journal_read_at_send.borrow().as_slice(), [1]);
+    let records = sup.journal_lines().len();
+    assert!(records >= 6, "{records} records");
+    let notices = sup
+        .ui
+        .borrow()
+        .iter()
+        .filter(|e| matches!(e, UiEvent::Notice { text } if text.contains("the journal did not store a record (disk full)")))
+        .count();
+    assert_eq!(
+        notices, records,
+        "one notice per record, all before the turn returned"
+    );
+    assert_eq!(sup.journal_read.get(), records);
+}
+
 #[tokio::test]
 async fn an_invalid_call_is_an_error_result_not_a_failure() {
     let model = ScriptedModel::default();

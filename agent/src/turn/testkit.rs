@@ -223,6 +223,14 @@ pub struct MockSupervisor {
     cancel_rx: watch::Receiver<bool>,
     /// Cancel when the n-th tool request is sent (1-based; 0 never).
     pub cancel_on_request: Cell<usize>,
+    /// Every journal append is answered with an error (the record is still listed in
+    /// `journal`, as sent).
+    pub journal_fails: Cell<bool>,
+    /// Journal answers the loop has read, and how many it had read when each tool request
+    /// was sent.
+    pub journal_read: Cell<usize>,
+    pub journal_read_at_send: RefCell<Vec<usize>>,
+    journal_ids: RefCell<Vec<u64>>,
 }
 
 impl MockSupervisor {
@@ -243,6 +251,10 @@ impl MockSupervisor {
             cancel_tx,
             cancel_rx,
             cancel_on_request: Cell::new(0),
+            journal_fails: Cell::new(false),
+            journal_read: Cell::new(0),
+            journal_read_at_send: RefCell::default(),
+            journal_ids: RefCell::default(),
         }
     }
 
@@ -283,12 +295,24 @@ impl Supervisor for MockSupervisor {
     fn send_more(&self, id: u64, request: Request, more: bool) -> Result<(), LinkError> {
         if let Request::JournalAppend { record } = &request {
             self.journal.borrow_mut().push(record.clone());
-            self.arrived.borrow_mut().insert(id, Answer::Stored);
+            let answer = if self.journal_fails.get() {
+                Answer::Error {
+                    code: garuda_ipc::ErrorCode::Io,
+                    message: "disk full".into(),
+                }
+            } else {
+                Answer::Stored
+            };
+            self.arrived.borrow_mut().insert(id, answer);
+            self.journal_ids.borrow_mut().push(id);
             // Another frame ends a batch being gathered.
             self.gathering.set(false);
             self.release();
             return Ok(());
         }
+        self.journal_read_at_send
+            .borrow_mut()
+            .push(self.journal_read.get());
         self.events
             .borrow_mut()
             .push(Event::Sent(id, request.tool().into()));
@@ -308,7 +332,9 @@ impl Supervisor for MockSupervisor {
         for _ in 0..PATIENCE {
             let got = self.arrived.borrow_mut().remove(&id);
             if let Some(a) = got {
-                if !matches!(a, Answer::Stored) {
+                if self.journal_ids.borrow().contains(&id) {
+                    self.journal_read.set(self.journal_read.get() + 1);
+                } else {
                     self.events.borrow_mut().push(Event::Read(id));
                 }
                 return Ok(a);
