@@ -28,8 +28,10 @@
 //!   is caught and also becomes an error.
 //! - **Bounded stack.** The parsers recurse once per nesting level, so every text handed to
 //!   them first passes a quote-blind count of the characters and keywords that can open a
-//!   level (an upper bound on the nesting, whatever the quoting), and parsing runs on a thread
-//!   with a [`PARSER_STACK_BYTES`] stack, enough for that bound.
+//!   level (an upper bound on the nesting, whatever the quoting). From that count each text
+//!   gets the stack it may need ([`STACK_BASE_BYTES`] and [`STACK_PER_LEVEL_BYTES`] per
+//!   level): on the caller's stack when that much of it is left (an ordinary line on any
+//!   thread), else on a fresh stack of at least [`PARSER_STACK_BYTES`] (`stacker`).
 //! - **Guards against brush's own failure modes**, found by fuzzing (`fuzz/`): an empty
 //!   here-document delimiter (`<<''`) makes its tokenizer loop forever, a file descriptor or
 //!   tilde index that overflows makes it panic, and unclosed `(` make its grammars backtrack
@@ -81,9 +83,19 @@ pub const MAX_DEPTH: usize = 32;
 /// can recurse, so it bounds the stack the parser needs.
 pub const MAX_NESTING_TOKENS: usize = 1024;
 
-/// The stack of the thread that runs the parser. The parser needs at most about 20 KiB per
-/// nesting level (measured on debug builds), so [`MAX_NESTING_TOKENS`] levels fit with room.
+/// The stack a text that needs more than the caller has left is parsed on. The parser needs
+/// at most about 20 KiB per nesting level (measured on debug builds), so
+/// [`MAX_NESTING_TOKENS`] levels fit with room.
 pub const PARSER_STACK_BYTES: usize = 64 * 1024 * 1024;
+
+/// Stack a text is given besides its nesting levels: the parser's and the walker's own frames.
+pub const STACK_BASE_BYTES: usize = 256 * 1024;
+
+/// Stack a text is given per nesting token it holds: the parser's frames for one level and
+/// the walker's for the commands it finds there. Debug builds, whose frames are the largest,
+/// need between 12 and 24 KiB (`the_stack_per_level_covers_each_nesting_shape` overflows at
+/// 12), so this is twice the most measured.
+pub const STACK_PER_LEVEL_BYTES: usize = 48 * 1024;
 
 /// How many characters of an offending line an error message quotes.
 const PREVIEW_CHARS: usize = 120;
@@ -179,71 +191,20 @@ pub fn split(line: &str) -> Result<Vec<SimpleCommand>, SplitError> {
     parser::run(line)
 }
 
-/// The parser's own thread, started once and kept: a thread with
-/// [`PARSER_STACK_BYTES`] of stack per line cost about 0.1 ms (the stack's mapping and the
-/// thread's start), paid on every command an agent runs. Lines are parsed one at a time, in the
-/// order they come; a panic of the parser is caught on that thread and is that line's
-/// [`SplitError::Internal`], and the thread goes on.
+/// The parser's entry: a panic inside it is caught and is that line's
+/// [`SplitError::Internal`]. It runs on the calling thread. It used to run on a thread of its
+/// own with a [`PARSER_STACK_BYTES`] stack, which put two thread wake-ups (there and back) on
+/// every command an agent runs; [`Walker::script`] now gives each text the stack it needs.
 mod parser {
-    use std::sync::mpsc::{self, Receiver, SyncSender};
-    use std::sync::{Mutex, OnceLock};
-
-    use super::{panic_message, preview, SimpleCommand, SplitError, Walker, PARSER_STACK_BYTES};
-
-    type Job = (String, SyncSender<Result<Vec<SimpleCommand>, SplitError>>);
-
-    static JOBS: OnceLock<Mutex<Option<SyncSender<Job>>>> = OnceLock::new();
+    use super::{panic_message, preview, SimpleCommand, SplitError, Walker};
 
     pub(super) fn run(line: &str) -> Result<Vec<SimpleCommand>, SplitError> {
-        let internal = |reason: String| SplitError::Internal {
-            line: preview(line),
-            reason,
-        };
-        let (reply, answer) = mpsc::sync_channel(1);
-        let job: Job = (line.to_owned(), reply);
-        {
-            let mut jobs = JOBS
-                .get_or_init(|| Mutex::new(None))
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let sent = match jobs.as_ref() {
-                Some(tx) => tx.send(job).map_err(|e| e.0),
-                None => Err(job),
-            };
-            if let Err(job) = sent {
-                // Not started yet (or gone): start it, and hand it the line.
-                let tx = start()
-                    .map_err(|e| internal(format!("cannot start the parser thread: {e}")))?;
-                tx.send(job)
-                    .map_err(|_| internal("the parser thread is gone".into()))?;
-                *jobs = Some(tx);
-            }
-        }
-        answer
-            .recv()
-            .map_err(|_| internal("the parser thread is gone".into()))?
-    }
-
-    fn start() -> std::io::Result<SyncSender<Job>> {
-        let (tx, rx) = mpsc::sync_channel::<Job>(0);
-        std::thread::Builder::new()
-            .name("garuda-split".to_owned())
-            .stack_size(PARSER_STACK_BYTES)
-            .spawn(move || serve(&rx))?;
-        Ok(tx)
-    }
-
-    fn serve(jobs: &Receiver<Job>) {
-        while let Ok((line, reply)) = jobs.recv() {
-            let parsed = std::panic::catch_unwind(|| parse(&line)).unwrap_or_else(|panic| {
-                Err(SplitError::Internal {
-                    line: preview(&line),
-                    reason: panic_message(panic.as_ref()),
-                })
-            });
-            // The caller waits for it; if it is gone, nobody needs the answer.
-            let _ = reply.send(parsed);
-        }
+        std::panic::catch_unwind(|| parse(line)).unwrap_or_else(|panic| {
+            Err(SplitError::Internal {
+                line: preview(line),
+                reason: panic_message(panic.as_ref()),
+            })
+        })
     }
 
     /// A line the parser panics on, in tests only: the panic's path has no other way in.
@@ -366,7 +327,9 @@ impl Walker {
         Ok(next)
     }
 
-    fn check_complexity(text: &str) -> Result<(), SplitError> {
+    /// Refuses a text with more nesting tokens than [`MAX_NESTING_TOKENS`]; else the stack
+    /// parsing and walking it may need.
+    fn check_complexity(text: &str) -> Result<usize, SplitError> {
         let count = count_nesting_tokens(text);
         if count > MAX_NESTING_TOKENS {
             return Err(SplitError::TooComplex {
@@ -375,7 +338,7 @@ impl Walker {
                 max: MAX_NESTING_TOKENS,
             });
         }
-        Ok(())
+        Ok(STACK_BASE_BYTES + count * STACK_PER_LEVEL_BYTES)
     }
 
     /// Parses `text` as a whole script and walks it. `writes` are redirections inherited from an
@@ -387,20 +350,24 @@ impl Walker {
                 max: MAX_DEPTH,
             });
         }
-        Self::check_complexity(text)?;
-        check_heredoc_delimiters(text)?;
-        check_numbers(text)?;
-        check_parentheses(text)?;
-        let mut parser =
-            brush_parser::Parser::new(std::io::Cursor::new(text.as_bytes()), &self.options);
-        let program = parser.parse_program().map_err(|e| syntax_error(text, &e))?;
-        self.texts.push(text.chars().collect());
-        let walked = program
-            .complete_commands
-            .iter()
-            .try_for_each(|list| self.compound_list(list, depth, writes));
-        self.texts.pop();
-        walked
+        let stack = Self::check_complexity(text)?;
+        // A nested text (`bash -c '…'`, a substitution) is parsed from inside the walk of the
+        // text around it, so each one makes sure of its own stack where it starts.
+        stacker::maybe_grow(stack, stack.max(PARSER_STACK_BYTES), || {
+            check_heredoc_delimiters(text)?;
+            check_numbers(text)?;
+            check_parentheses(text)?;
+            let mut parser =
+                brush_parser::Parser::new(std::io::Cursor::new(text.as_bytes()), &self.options);
+            let program = parser.parse_program().map_err(|e| syntax_error(text, &e))?;
+            self.texts.push(text.chars().collect());
+            let walked = program
+                .complete_commands
+                .iter()
+                .try_for_each(|list| self.compound_list(list, depth, writes));
+            self.texts.pop();
+            walked
+        })
     }
 
     fn compound_list(
@@ -2574,11 +2541,79 @@ mod review_tests {
 }
 
 #[cfg(test)]
-mod parser_thread_tests {
+#[cfg(test)]
+mod parser_stack_tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
-    /// Lines from many threads at once each get their own answer from the one parser thread.
+    /// A thread with a small stack (64 KiB, far less than a deep line needs) still splits an
+    /// ordinary line and the deepest lines accepted: each text moves to a fresh stack when the
+    /// caller's is short. Without that, the 1,000-level line overflows this thread's stack
+    /// and aborts the test binary.
+    #[test]
+    fn a_small_stack_splits_deep_lines_on_a_fresh_stack() {
+        let deep = |open: &str, close: &str, n: usize| {
+            format!("{}true{}", open.repeat(n), close.repeat(n))
+        };
+        let got = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let plain = split("git status && cargo test").unwrap().len();
+                // Deep but within the depth limit: parses, every level walked.
+                let nested = split(&deep("bash -c \"$(", ")\"", 3)).map(|c| c.len());
+                // As many nesting tokens as accepted: the parser runs to the end of it (and the
+                // depth limit refuses it), with no overflow on the way.
+                let widest = split(&deep("( ", " )", MAX_NESTING_TOKENS));
+                (plain, nested, widest)
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(got.0, 2);
+        assert!(got.1.is_ok(), "{:?}", got.1);
+        assert!(
+            matches!(got.2, Err(SplitError::TooDeep { .. })),
+            "{:?}",
+            got.2
+        );
+    }
+
+    /// The stack given per nesting token covers the parser and the walker: lines of each
+    /// nesting shape, on a thread with just that stack (and room for the frames above the
+    /// first text), so that they are parsed in place, not on a fresh stack. A per-level figure
+    /// that is too small overflows this thread and aborts the test binary (debug builds, whose
+    /// frames are the largest).
+    #[test]
+    fn the_stack_per_level_covers_each_nesting_shape() {
+        for (open, close) in [
+            ("{ ", "; }"),
+            ("( ", " )"),
+            ("if a; then ", "; fi"),
+            ("echo $(", ")"),
+            ("echo `", "`"),
+            ("echo ${x:-", "}"),
+            ("case x in x) ", ";; esac"),
+            ("[[ ( ", " ) ]]"),
+            ("while a; do ", "; done"),
+            ("f() { ", "; }"),
+            ("! ", ""),
+        ] {
+            let n = 200 / count_nesting_tokens(open).max(1);
+            let line = format!("{}a{}", open.repeat(n), close.repeat(n));
+            let tokens = count_nesting_tokens(&line);
+            let stack = STACK_BASE_BYTES + tokens * STACK_PER_LEVEL_BYTES;
+            std::thread::Builder::new()
+                .stack_size(stack + 256 * 1024)
+                .spawn(move || {
+                    let _ = split(&line);
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+        }
+    }
+
+    /// Lines from many threads at once each get their own answer.
     #[test]
     fn concurrent_lines_each_get_their_own_split() {
         let threads: Vec<_> = (0..8)
@@ -2602,8 +2637,8 @@ mod parser_thread_tests {
         }
     }
 
-    /// A panic of the parser is that line's `Internal` error, and the thread parses the next
-    /// line. Control: the same line is not an error to anything but this test's hook.
+    /// A panic of the parser is that line's `Internal` error, and the next line parses.
+    /// Control: the same line is not an error to anything but this test's hook.
     #[test]
     fn a_parser_panic_is_an_internal_error_and_the_next_line_parses() {
         let e = split(parser::PANIC_FOR_TEST).unwrap_err();
