@@ -621,6 +621,13 @@ impl SessionWriter {
         self.guarded(|w| w.append_inner(kind, event, true))
     }
 
+    /// `fdatasync`s the log: every line appended so far is on disk when it returns. What
+    /// [`Self::append_durable`] does after its line, for a caller that has work to do between
+    /// the append and the sync (the sandbox's setup, while the command waits for it).
+    pub fn make_durable(&mut self) -> Result<(), AuditError> {
+        self.guarded(|w| if w.fsync { w.sync() } else { Ok(()) })
+    }
+
     /// Seals the epochs whose time is up, even with nothing to append. Call it from an idle
     /// loop: until it (or an append) runs, the current epoch's key stays in memory.
     pub fn tick(&mut self) -> Result<(), AuditError> {

@@ -1485,7 +1485,7 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
             eprintln!("garuda: network through the proxy to: {}", hosts.join(", "));
         }
     }
-    recorder.intent(serde_json::json!({
+    let intent = serde_json::json!({
         "argv": spec.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>(),
         "cwd": spec.cwd.as_ref().unwrap_or(&project).display().to_string(),
         "executor": selection.executor.kind().name(),
@@ -1496,10 +1496,15 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
             .map(|(h, _)| h.to_string())
             .collect::<Vec<_>>(),
         "timeout_s": timeout,
-    }))?;
+    });
     if !staged {
+        // The intent's sync is the command's release: it runs while the sandbox is built, and
+        // the command's program starts only after it (`Executor::run_released`).
+        recorder.intent_unsynced(intent)?;
         let (outcome, interrupted, _signals) =
-            run_forwarding_signals(&*selection.executor, &spec, &policy, mode);
+            run_forwarding_signals(&*selection.executor, &spec, &policy, mode, &mut || {
+                recorder.make_durable().map_err(|e| format!("{e:#}"))
+            });
         let outcome = outcome.map_err(|e| anyhow!(e))?;
         let code = finish(&outcome, capture, interrupted);
         let report = network
@@ -1513,6 +1518,7 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
         )?;
         return Ok(code);
     }
+    recorder.intent(intent)?;
     let backend = match settings.staging_backend {
         StagingBackend::Auto => BackendChoice::Auto,
         StagingBackend::Overlay => BackendChoice::Overlay,
@@ -1622,6 +1628,7 @@ fn run_forwarding_signals(
     spec: &CommandSpec,
     policy: &garuda_policy::ExecPolicy,
     mode: StdioMode,
+    release: executor::Release<'_>,
 ) -> (
     Result<executor::Outcome, executor::ExecError>,
     Option<i32>,
@@ -1637,7 +1644,7 @@ fn run_forwarding_signals(
             None
         }
     };
-    let outcome = executor.run(spec, policy, mode);
+    let outcome = executor.run_released(spec, policy, mode, release);
     let received = forwarding.as_ref().and_then(|f| f.received());
     // The caller keeps the handlers until its cleanup is done: a second Ctrl-C then only
     // records itself instead of ending garuda half-way (the command is already gone).
@@ -1706,7 +1713,9 @@ fn run_staged(
     let mark = session.prepare()?;
     policy.staged = Some(session.view());
     // Dropped before the apply/discard question, which Ctrl-C must be able to interrupt.
-    let (outcome, interrupted, _) = run_forwarding_signals(executor, spec, &policy, mode);
+    // The intent was made durable before the staging session was prepared.
+    let (outcome, interrupted, _) =
+        run_forwarding_signals(executor, spec, &policy, mode, &mut || Ok(()));
     let outcome = outcome.map_err(|e| anyhow!(e))?;
     let set = session.changes(&mark)?;
     if set.is_empty() {

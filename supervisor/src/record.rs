@@ -105,6 +105,24 @@ impl Recorder {
         Ok(())
     }
 
+    /// Records the command before it starts, not yet durably: [`Recorder::make_durable`] must
+    /// run before the command's program may start (the executor's release, see
+    /// [`crate::executor::Executor::run_released`]).
+    pub fn intent_unsynced(&mut self, event: Value) -> Result<()> {
+        self.writer
+            .append("command_intent", event)
+            .context("cannot record the command's intent in the audit log: it does not run")?;
+        self.intent_written = true;
+        Ok(())
+    }
+
+    /// Makes every line so far durable (`fdatasync`).
+    pub fn make_durable(&mut self) -> Result<()> {
+        self.writer
+            .make_durable()
+            .context("cannot make the command's intent durable in the audit log: it does not run")
+    }
+
     /// Whether the intent was written (a failure after it happened while running).
     pub fn intent_written(&self) -> bool {
         self.intent_written

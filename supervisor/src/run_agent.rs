@@ -165,6 +165,10 @@ impl AuditSink for RecorderSink<'_> {
             .durable_event(kind, event)
             .map_err(|e| format!("{e:#}"))
     }
+
+    fn make_durable(&mut self) -> Result<(), String> {
+        self.0.make_durable().map_err(|e| format!("{e:#}"))
+    }
 }
 
 /// No person to ask in `-p`: every question is answered no, and says so on stderr.
@@ -230,26 +234,43 @@ impl ToolHost for Shown<'_, '_> {
     }
 
     fn call(&mut self, request: &Request) -> (Answer, Option<Value>) {
+        self.shown(request, |tools| tools.call(request))
+    }
+
+    fn call_released(
+        &mut self,
+        request: &Request,
+        release: crate::executor::Release<'_>,
+    ) -> (Answer, Option<Value>) {
+        self.shown(request, |tools| tools.call_released(request, release))
+    }
+}
+
+impl Shown<'_, '_> {
+    /// Runs one request with `run` and shows its line.
+    fn shown(
+        &mut self,
+        request: &Request,
+        run: impl FnOnce(&mut SessionTools<'_>) -> (Answer, Option<Value>),
+    ) -> (Answer, Option<Value>) {
         let line = describe(request);
         if line.is_some() {
             self.step.set(true);
         }
-        let (answer, event) = self.inner.call(request);
-        {
-            if let Some(line) = line {
-                let how = match &answer {
-                    Answer::Error { code, .. } => {
-                        format!(" → {}", json!(code).as_str().unwrap_or("error"))
-                    }
-                    Answer::CommandDone(done) => match (done.exit_code, done.signal) {
-                        (Some(c), _) => format!(" → exit {c}"),
-                        (None, Some(s)) => format!(" → signal {s}"),
-                        _ => String::new(),
-                    },
+        let (answer, event) = run(self.inner);
+        if let Some(line) = line {
+            let how = match &answer {
+                Answer::Error { code, .. } => {
+                    format!(" → {}", json!(code).as_str().unwrap_or("error"))
+                }
+                Answer::CommandDone(done) => match (done.exit_code, done.signal) {
+                    (Some(c), _) => format!(" → exit {c}"),
+                    (None, Some(s)) => format!(" → signal {s}"),
                     _ => String::new(),
-                };
-                self.activity.show(&format!("{line}{how}"));
-            }
+                },
+                _ => String::new(),
+            };
+            self.activity.show(&format!("{line}{how}"));
         }
         (answer, event)
     }

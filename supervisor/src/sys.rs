@@ -679,6 +679,13 @@ pub struct NativePlan {
     /// right before `execve`: the confined agent's end of its socket pair. `None` for the
     /// executors.
     pub pass_fd: Option<RawFd>,
+    /// The release pipe (read end, write end; both close-on-exec), or `None` when the command
+    /// may start as soon as its sandbox is ready. The command closes its copy of the write end,
+    /// then waits for one byte on the read end before it executes its program: the supervisor
+    /// sends it once what must precede the command is done (the audit intent on disk, see
+    /// [`crate::executor::Executor::run_released`]), and kills the sandbox instead if that
+    /// failed. A closed pipe without the byte also stops the command.
+    pub release: Option<(RawFd, RawFd)>,
 }
 
 /// The descriptor number at which [`NativePlan::pass_fd`] reaches the command.
@@ -861,6 +868,8 @@ pub enum Stage {
     Pid1Mount = 29,
     /// Placing [`NativePlan::pass_fd`] at [`CHANNEL_FD`].
     PassFd = 30,
+    /// Waiting for the supervisor's release ([`NativePlan::release`]).
+    Release = 31,
     /// Mount step N is reported as `MOUNT_BASE + N`.
     MountBase = 1000,
 }
@@ -1400,6 +1409,22 @@ fn command_main(plan: &NativePlan, sync: RawFd) -> ! {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => {
                 report(rep, Stage::Pid1Sync as u32, e.raw_os_error());
+                exit_now(SETUP_FAILED_EXIT)
+            }
+        }
+    }
+    if let Some((read_end, write_end)) = plan.release {
+        close_raw(write_end);
+        let mut go = [0u8; 1];
+        match rustix::io::retry_on_intr(|| rustix::io::read(plan_fd(read_end), &mut go)) {
+            Ok(1) => {}
+            // The supervisor closed the pipe without releasing the command.
+            Ok(_) => {
+                report(rep, Stage::Release as u32, libc::ECANCELED);
+                exit_now(SETUP_FAILED_EXIT)
+            }
+            Err(e) => {
+                report(rep, Stage::Release as u32, e.raw_os_error());
                 exit_now(SETUP_FAILED_EXIT)
             }
         }

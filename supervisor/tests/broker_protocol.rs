@@ -602,3 +602,99 @@ fn a_violation_reason_carries_no_terminal_escape() {
     assert!(killed.load(Ordering::SeqCst));
     assert_eq!(world.close_and_verify().len(), 1);
 }
+
+/// The session's audit log, whose sync fails (a full or failing disk) when `fail` is set.
+#[derive(Clone)]
+struct SyncFails {
+    log: Shared,
+    fail: bool,
+}
+
+impl AuditSink for SyncFails {
+    fn record(&mut self, kind: &str, event: Value) -> Result<(), String> {
+        self.log.record(kind, event)
+    }
+
+    fn make_durable(&mut self) -> Result<(), String> {
+        if self.fail {
+            return Err("fdatasync: no space left on device".into());
+        }
+        self.log
+            .0
+            .lock()
+            .unwrap()
+            .as_mut()
+            .unwrap()
+            .make_durable()
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A command's intent is recorded before the tools see the request, and its sync is the
+/// command's release: when the sync fails the command never reaches the tools and the broker
+/// stops (nothing runs unrecorded). Control: with a working sync the same request is run.
+#[test]
+fn a_command_whose_intent_cannot_be_made_durable_never_runs() {
+    for fail in [true, false] {
+        let world = World::new();
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let audit = SyncFails {
+            log: world.audit.clone(),
+            fail,
+        };
+        let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = ran.clone();
+        let handle = thread::spawn(move || {
+            struct Recording(Arc<std::sync::Mutex<Vec<Request>>>);
+            impl ToolHost for Recording {
+                fn call(&mut self, request: &Request) -> (Answer, Option<Value>) {
+                    self.0.lock().unwrap().push(request.clone());
+                    (Answer::Stored, None)
+                }
+            }
+            let mut broker = Broker::accept(server, &start(), audit, Box::new(|| {}))?;
+            let cancel = AtomicBool::new(false);
+            broker.turn("go", &mut Recording(seen), &mut |_: &UiEvent| {}, &cancel)?;
+            Ok::<_, BrokerError>(broker.state())
+        });
+        open(&mut client, true);
+        send(
+            &mut client,
+            &AgentFrame::Request {
+                id: 3,
+                more: false,
+                request: Request::RunCommand {
+                    command: "touch x".into(),
+                    timeout_secs: None,
+                    outside_sandbox: false,
+                },
+            },
+        );
+        if fail {
+            match handle.join().unwrap() {
+                Err(BrokerError::Audit(reason)) => {
+                    assert!(reason.contains("no space left"), "{reason}")
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(
+                ran.lock().unwrap().is_empty(),
+                "the command reached the tools"
+            );
+        } else {
+            assert!(matches!(
+                receive(&mut client),
+                SupervisorFrame::Answer { id: 3, .. }
+            ));
+            assert_eq!(ran.lock().unwrap().len(), 1);
+            drop(client);
+            let _ = handle.join().unwrap();
+        }
+        // The intent is on record either way, ahead of whatever followed.
+        let w = world.audit.0.lock().unwrap().take().unwrap();
+        let path = w.path().to_path_buf();
+        drop(w);
+        let log = std::fs::read_to_string(&path).unwrap();
+        assert!(log.contains("\"command_intent\""), "{log}");
+    }
+}

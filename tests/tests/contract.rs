@@ -1135,3 +1135,68 @@ fn exceptions_name_real_cases() {
         );
     }
 }
+
+/// `run_released`: the command's program starts only after the release, which runs while
+/// the sandbox is built (the audit intent's sync overlaps the setup), and a failed release
+/// stops the command. Landlock holds the command on a pipe; the host executor (the control)
+/// calls the release before it starts anything, so no child exists while it runs.
+#[test]
+fn a_command_starts_only_after_its_release() {
+    use garuda_supervisor::executor::ExecError;
+    let _shared = FORK_BOMB_LOCK.read().unwrap_or_else(|e| e.into_inner());
+    let fx = Fixture::new("release");
+    for kind in [ExecutorKind::Landlock, ExecutorKind::Host] {
+        if kind.is_sandbox() && !require_available(kind) {
+            continue;
+        }
+        let marker = fx.project.join(format!("released-{}.txt", kind.name()));
+        let spec = CommandSpec::new(vec![
+            OsString::from("/bin/sh"),
+            OsString::from("-c"),
+            OsString::from(format!("echo ran > '{}'", marker.display())),
+        ]);
+        let executor = executor_of(kind);
+        // Released after a pause: the command has not run meanwhile.
+        let mut seen = None;
+        let out = executor
+            .run_released(&spec, &fx.policy, StdioMode::Capture, &mut || {
+                std::thread::sleep(Duration::from_millis(300));
+                seen = Some((marker.exists(), util::descendants(std::process::id()).len()));
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert_eq!(out.status, ExitStatus::Code(0), "{kind}: {out:?}");
+        assert!(marker.exists(), "{kind}: the released command ran");
+        let (ran_before, children) = seen.expect("the release was called");
+        assert!(!ran_before, "{kind}: the command ran before its release");
+        if kind.is_sandbox() {
+            assert!(
+                children > 0,
+                "{kind}: the sandbox is built while the release runs"
+            );
+        } else {
+            assert_eq!(
+                children, 0,
+                "{kind}: the release runs before anything starts"
+            );
+        }
+        std::fs::remove_file(&marker).unwrap();
+        // A failed release: the command never runs, and the run says why.
+        let got = executor.run_released(&spec, &fx.policy, StdioMode::Capture, &mut || {
+            Err(String::from("the audit log's disk is full"))
+        });
+        match got {
+            Err(ExecError::NotReleased { reason }) => {
+                assert_eq!(reason, "the audit log's disk is full", "{kind}")
+            }
+            other => panic!("{kind}: {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!marker.exists(), "{kind}: an unreleased command ran");
+        assert_eq!(
+            util::descendants(std::process::id()).len(),
+            0,
+            "{kind}: nothing of the sandbox is left"
+        );
+    }
+}

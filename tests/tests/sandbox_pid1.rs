@@ -31,7 +31,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 
 use garuda_supervisor::executor::ExecutorKind;
-use util::{Fixture, PROBE};
+use util::{descendants, Fixture, PROBE};
 
 /// Lines the probe prints before it waits.
 const LINES_BEFORE_WAIT: usize = 8;
@@ -51,27 +51,6 @@ fn status_field(pid: u32, name: &str) -> String {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .map(|v| v.trim().to_string())
         .unwrap_or_else(|| panic!("/proc/{pid}/status has no {name}"))
-}
-
-/// Every descendant of `pid` (through every thread's `children`).
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut todo = vec![pid];
-    while let Some(p) = todo.pop() {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for task in tasks.flatten() {
-            let children =
-                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            for c in children.split_whitespace() {
-                let c: u32 = c.parse().unwrap();
-                out.push(c);
-                todo.push(c);
-            }
-        }
-    }
-    out
 }
 
 /// Whether `needle` is in `pid`'s environment; `Err` is the error reading it.

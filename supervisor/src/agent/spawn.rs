@@ -441,6 +441,7 @@ pub fn spawn_agent(spec: AgentSpawn) -> Result<AgentProcess, AgentSpawnError> {
             .as_raw_fd(),
         pid1_mounts,
         pass_fd: Some(theirs.as_raw_fd()),
+        release: None,
     };
     let pid = sys::spawn_native(&plan).map_err(setup("fork"))?;
     // The sandbox has its copies.

@@ -217,11 +217,14 @@ impl<'a> SessionTools<'a> {
         (outcome.answer, Some(event))
     }
 
+    /// `release` runs before the command's program may start, only if it is to run (see
+    /// [`crate::executor::Executor::run_released`]).
     fn run_command(
         &mut self,
         line: &str,
         timeout_secs: Option<u64>,
         outside_sandbox: bool,
+        release: crate::executor::Release<'_>,
     ) -> (Answer, Option<Value>) {
         let request = PolicyRequest::Bash {
             line: line.to_owned(),
@@ -340,8 +343,14 @@ impl<'a> SessionTools<'a> {
         });
         let mut hosts_asked = Vec::new();
         let done = match in_process {
-            Some(ip) => run_in_process(ip, &self.runner.project, line, timeout_secs),
-            None => self.spawn_sandbox(line, timeout_secs, outside_sandbox, &mut hosts_asked),
+            Some(ip) => run_in_process(ip, &self.runner.project, line, timeout_secs, release),
+            // The child `garuda sandbox` makes its own intent durable too; this one first.
+            None => match release() {
+                Ok(()) => self.spawn_sandbox(line, timeout_secs, outside_sandbox, &mut hosts_asked),
+                Err(reason) => {
+                    return (crate::broker::server::not_released(&reason), Some(event));
+                }
+            },
         };
         let answer = match done {
             Ok(done) => {
@@ -673,8 +682,26 @@ impl ToolHost for SessionTools<'_> {
                 command,
                 timeout_secs,
                 outside_sandbox,
-            } => self.run_command(command, *timeout_secs, *outside_sandbox),
+            } => self.run_command(command, *timeout_secs, *outside_sandbox, &mut || Ok(())),
             Request::JournalAppend { record } => (self.journal_append(record), None),
+        }
+    }
+
+    fn call_released(
+        &mut self,
+        request: &Request,
+        release: crate::executor::Release<'_>,
+    ) -> (Answer, Option<Value>) {
+        match request {
+            Request::RunCommand {
+                command,
+                timeout_secs,
+                outside_sandbox,
+            } => self.run_command(command, *timeout_secs, *outside_sandbox, release),
+            _ => match release() {
+                Ok(()) => self.call(request),
+                Err(reason) => (crate::broker::server::not_released(&reason), None),
+            },
         }
     }
 }
@@ -793,6 +820,7 @@ fn run_in_process(
     project: &std::path::Path,
     line: &str,
     timeout_secs: Option<u64>,
+    release: crate::executor::Release<'_>,
 ) -> std::io::Result<CommandDone> {
     use crate::executor::{CommandSpec, ExitStatus, StdioMode};
     let (mut policy, _notices) =
@@ -807,7 +835,7 @@ fn run_in_process(
     };
     let outcome = ip
         .executor
-        .run(&spec, &policy, StdioMode::Capture)
+        .run_released(&spec, &policy, StdioMode::Capture, release)
         .map_err(std::io::Error::other)?;
     let (exit_code, signal, timed_out) = match outcome.status {
         ExitStatus::Code(c) => (Some(c), None, false),

@@ -45,6 +45,21 @@ pub trait ToolHost {
     /// for the journal).
     fn call(&mut self, request: &Request) -> (Answer, Option<Value>);
 
+    /// [`ToolHost::call`] for a `run_command`, with `release` called before the command's
+    /// program may start (the audit intent's sync: see
+    /// [`crate::executor::Executor::run_released`]); a command that does not run never calls
+    /// it. By default `release` runs first, and its failure is the answer.
+    fn call_released(
+        &mut self,
+        request: &Request,
+        release: crate::executor::Release<'_>,
+    ) -> (Answer, Option<Value>) {
+        match release() {
+            Ok(()) => self.call(request),
+            Err(reason) => (not_released(&reason), None),
+        }
+    }
+
     /// Runs a batch of read-only requests (`read_file`, `glob`, `grep`) the agent sent
     /// together; the answers in the same order. A host may run them concurrently; by default
     /// one after the other.
@@ -73,6 +88,21 @@ pub trait AuditSink {
     /// command, written before the command can do anything. By default an ordinary append.
     fn record_durable(&mut self, kind: &str, event: Value) -> Result<(), String> {
         self.record(kind, event)
+    }
+
+    /// Makes everything recorded so far durable (`fdatasync`): the release of a command
+    /// whose intent was recorded with [`AuditSink::record`]. By default nothing to do.
+    fn make_durable(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The answer for a command that was not started because its intent could not be made
+/// durable (the broker then stops: see [`BrokerError::Audit`]).
+pub fn not_released(reason: &str) -> Answer {
+    Answer::Error {
+        code: garuda_ipc::ErrorCode::Io,
+        message: format!("the command was not started: {reason}"),
     }
 }
 
@@ -287,17 +317,33 @@ impl<A: AuditSink> Broker<A> {
                             message: "the turn was cancelled; nothing was done".into(),
                         }
                     } else {
-                        if let Request::RunCommand { command, .. } = &request {
+                        let (answer, event) = if let Request::RunCommand { command, .. } = &request
+                        {
                             // As `garuda sandbox` does: the command is on record, durably,
                             // before it can do anything (its decision and result follow).
+                            // The sync is the release: it runs while the sandbox is built.
                             self.audit
-                                .record_durable(
+                                .record(
                                     "command_intent",
                                     json!({"id": id, "command": garuda_text::visible(command)}),
                                 )
                                 .map_err(BrokerError::Audit)?;
-                        }
-                        let (answer, event) = tools.call(&request);
+                            let audit = &mut self.audit;
+                            let mut unsynced = None;
+                            let done = tools.call_released(&request, &mut || {
+                                audit
+                                    .make_durable()
+                                    .inspect_err(|e| unsynced = Some(e.clone()))
+                            });
+                            if let Some(e) = unsynced {
+                                // Nothing runs unrecorded: the command was stopped, and so
+                                // is the broker.
+                                return Err(BrokerError::Audit(e));
+                            }
+                            done
+                        } else {
+                            tools.call(&request)
+                        };
                         if let Some(mut event) = event {
                             if let Some(map) = event.as_object_mut() {
                                 map.insert("id".into(), json!(id));
@@ -579,5 +625,9 @@ impl AuditSink for garuda_audit::SessionWriter {
         self.append(kind, event)
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+
+    fn make_durable(&mut self) -> Result<(), String> {
+        garuda_audit::SessionWriter::make_durable(self).map_err(|e| e.to_string())
     }
 }

@@ -489,12 +489,16 @@ fn cap_last_cap() -> u32 {
 }
 
 pub(crate) fn stage_name(code: u32, mount_names: &[String]) -> String {
-    const NAMES: [(Stage, &str); 30] = [
+    const NAMES: [(Stage, &str); 31] = [
         (
             Stage::Pid1Mount,
             "PID 1: a mount step after /proc (the agent's view)",
         ),
         (Stage::PassFd, "place the agent's channel at descriptor 3"),
+        (
+            Stage::Release,
+            "wait for the supervisor's release (the audit intent on disk)",
+        ),
         (
             Stage::LandlockRule,
             "landlock_add_rule for the private /tmp or /dev",
@@ -567,6 +571,16 @@ impl Executor for LandlockExecutor {
         policy: &ExecPolicy,
         stdio: StdioMode,
     ) -> Result<Outcome, ExecError> {
+        self.run_released(cmd, policy, stdio, &mut || Ok(()))
+    }
+
+    fn run_released(
+        &self,
+        cmd: &CommandSpec,
+        policy: &ExecPolicy,
+        stdio: StdioMode,
+        release: super::Release<'_>,
+    ) -> Result<Outcome, ExecError> {
         let Some(argv0) = cmd.argv.first() else {
             return Err(ExecError::InvalidCommand("empty command".into()));
         };
@@ -610,6 +624,9 @@ impl Executor for LandlockExecutor {
         // PID 1 executes the start-up program to become the reaper (see `sys::become_reaper`).
         let reaper_exe = sys::init_program().map_err(setup_err("the sandbox start-up program"))?;
         let (report_read, report_write) = sys::pipe().map_err(setup_err("report pipe"))?;
+        // The command waits on this for the go-ahead that follows `release` (see
+        // `NativePlan::release`): the sandbox is built meanwhile.
+        let (release_read, release_write) = sys::pipe().map_err(setup_err("release pipe"))?;
         let (stdin_fd, out_pipe, err_pipe) = match stdio {
             StdioMode::Inherit => (None, None, None),
             StdioMode::Capture => {
@@ -650,6 +667,8 @@ impl Executor for LandlockExecutor {
         // Held handles go above every descriptor the child must keep.
         let first_slot = [
             report_write.as_raw_fd(),
+            release_read.as_raw_fd(),
+            release_write.as_raw_fd(),
             ruleset.as_raw_fd(),
             reaper_exe.as_raw_fd(),
         ]
@@ -703,13 +722,26 @@ impl Executor for LandlockExecutor {
             reaper_exe: reaper_exe.as_raw_fd(),
             pid1_mounts: Vec::new(),
             pass_fd: None,
+            release: Some((release_read.as_raw_fd(), release_write.as_raw_fd())),
         };
         let start = Instant::now();
         let pid = sys::spawn_native(&plan).map_err(setup_err("fork"))?;
         // The child has its copies; close ours so the readers see EOF when the sandbox ends.
         drop(report_write);
+        drop(release_read);
         drop(stdin_fd);
         drop(ruleset);
+        // While the children build the sandbox: what must precede the command (the audit
+        // intent's sync). On failure the sandbox is killed; its command never executes (it
+        // also stops by itself when the pipe closes without the byte).
+        let mut go = std::fs::File::from(release_write);
+        let release_failure = release().err();
+        // No one left to read the byte (EPIPE) means the setup already failed: its report
+        // says where. Either way the command cannot start without the byte.
+        if release_failure.is_some() || std::io::Write::write_all(&mut go, b"!").is_err() {
+            let _ = sys::kill(pid, libc::SIGKILL);
+        }
+        drop(go);
         let cap = policy.limits.output_cap;
         let out = out_pipe.map(|(r, w)| {
             drop(w);
@@ -755,6 +787,12 @@ impl Executor for LandlockExecutor {
             error: source,
         })?;
         let reports = sys::decode_reports(&sys::read_to_end(&report_read).unwrap_or_default());
+        if let Some(reason) = release_failure {
+            // Readers end with the killed sandbox; their output is not the command's.
+            let _ = join_reader(out);
+            let _ = join_reader(err);
+            return Err(ExecError::NotReleased { reason });
+        }
         if let Some(e) = bridge_failure {
             // Outer's own report explains a setup that ended before the handoff.
             if let (netbridge::BridgeError::NoListener { .. }, Some(r)) = (&e, reports.first()) {

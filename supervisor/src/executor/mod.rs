@@ -228,6 +228,14 @@ pub enum ExecError {
         /// Its setup error.
         source: Box<ExecError>,
     },
+    /// What had to happen before the command could start (the audit intent reaching the
+    /// disk: [`Executor::run_released`]) failed; the sandbox was killed before its program
+    /// started.
+    #[error("the command was not started: {reason}")]
+    NotReleased {
+        /// Why (the release's own error).
+        reason: String,
+    },
     /// Reading the command's output or waiting for it failed.
     #[error("{what}: {error}")]
     Io {
@@ -253,4 +261,27 @@ pub trait Executor: Send + Sync {
         policy: &ExecPolicy,
         stdio: StdioMode,
     ) -> Result<Outcome, ExecError>;
+
+    /// [`Executor::run`], with `release` called before the command's program may start; its
+    /// error stops the command, which then never runs ([`ExecError::NotReleased`]).
+    ///
+    /// What it is for: the audit intent must be on disk before the command can do anything,
+    /// and its `fdatasync` (0.3–0.5 ms) need not hold up the sandbox's setup. The Landlock
+    /// executor calls `release` while its children build the sandbox, and the command waits on
+    /// a pipe for the go-ahead (`sys::NativePlan::release`). Every other executor calls it
+    /// first, as this default does.
+    fn run_released(
+        &self,
+        cmd: &CommandSpec,
+        policy: &ExecPolicy,
+        stdio: StdioMode,
+        release: Release<'_>,
+    ) -> Result<Outcome, ExecError> {
+        release().map_err(|reason| ExecError::NotReleased { reason })?;
+        self.run(cmd, policy, stdio)
+    }
 }
+
+/// What must be done before a command's program may start (see [`Executor::run_released`]):
+/// `Err` with the reason stops the command.
+pub type Release<'a> = &'a mut dyn FnMut() -> Result<(), String>;

@@ -499,7 +499,17 @@ impl Executor for CachedExecutor {
         policy: &ExecPolicy,
         stdio: StdioMode,
     ) -> Result<Outcome, ExecError> {
-        match self.inner.run(cmd, policy, stdio) {
+        self.run_released(cmd, policy, stdio, &mut || Ok(()))
+    }
+
+    fn run_released(
+        &self,
+        cmd: &CommandSpec,
+        policy: &ExecPolicy,
+        stdio: StdioMode,
+        release: super::Release<'_>,
+    ) -> Result<Outcome, ExecError> {
+        match self.inner.run_released(cmd, policy, stdio, release) {
             Err(e @ (ExecError::Unavailable { .. } | ExecError::Setup { .. })) => {
                 remove(&self.home);
                 Err(ExecError::CachedProbe {

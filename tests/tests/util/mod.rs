@@ -308,3 +308,24 @@ pub fn vm_rss(pid: u32) -> Option<u64> {
         .ok()?;
     Some(kb * 1024)
 }
+
+/// Every descendant of `pid` (through every thread's `children`).
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for c in children.split_whitespace() {
+                let c: u32 = c.parse().unwrap();
+                out.push(c);
+                todo.push(c);
+            }
+        }
+    }
+    out
+}
