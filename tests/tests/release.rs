@@ -1,0 +1,96 @@
+//! `Executor::run_released`: the release (the audit intent's `fdatasync`) runs while the
+//! sandbox is built, the command's program starts only after it, and a failed release stops
+//! the command. A binary of its own: its checks count this process's children, which no other
+//! test may add to while it runs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a failed test
+
+#[allow(dead_code)] // helpers shared with the contract suite; this one uses a few
+mod util;
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use garuda_supervisor::executor::select::executor_of;
+use garuda_supervisor::executor::{
+    probe_executors, CommandSpec, ExecError, ExecutorKind, ExitStatus, StdioMode,
+};
+use util::Fixture;
+
+/// Whether `kind` can run here; when it cannot, says so and fails unless
+/// `GARUDA_ALLOW_NOT_TESTED` names `release-<kind>`.
+fn available(kind: ExecutorKind) -> bool {
+    let probe = probe_executors()
+        .into_iter()
+        .find(|p| p.kind == kind)
+        .expect("every kind is probed");
+    if !probe.available {
+        util::not_tested(
+            &format!("release-{}", kind.name()),
+            &format!("the release on {kind} ({})", probe.detail),
+        );
+    }
+    probe.available
+}
+
+/// `run_released`: the command's program starts only after the release, which runs while
+/// the sandbox is built (the audit intent's sync overlaps the setup), and a failed release
+/// stops the command. Landlock holds the command on a pipe; the host executor (the control)
+/// calls the release before it starts anything, so no child exists while it runs.
+#[test]
+fn a_command_starts_only_after_its_release() {
+    let fx = Fixture::new("release");
+    for kind in [ExecutorKind::Landlock, ExecutorKind::Host] {
+        if kind.is_sandbox() && !available(kind) {
+            continue;
+        }
+        let marker = fx.project.join(format!("released-{}.txt", kind.name()));
+        let spec = CommandSpec::new(vec![
+            OsString::from("/bin/sh"),
+            OsString::from("-c"),
+            OsString::from(format!("echo ran > '{}'", marker.display())),
+        ]);
+        let executor = executor_of(kind);
+        // Released after a pause: the command has not run meanwhile.
+        let mut seen = None;
+        let out = executor
+            .run_released(&spec, &fx.policy, StdioMode::Capture, &mut || {
+                std::thread::sleep(Duration::from_millis(300));
+                seen = Some((marker.exists(), util::descendants(std::process::id()).len()));
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert_eq!(out.status, ExitStatus::Code(0), "{kind}: {out:?}");
+        assert!(marker.exists(), "{kind}: the released command ran");
+        let (ran_before, children) = seen.expect("the release was called");
+        assert!(!ran_before, "{kind}: the command ran before its release");
+        if kind.is_sandbox() {
+            assert!(
+                children > 0,
+                "{kind}: the sandbox is built while the release runs"
+            );
+        } else {
+            assert_eq!(
+                children, 0,
+                "{kind}: the release runs before anything starts"
+            );
+        }
+        std::fs::remove_file(&marker).unwrap();
+        // A failed release: the command never runs, and the run says why.
+        let got = executor.run_released(&spec, &fx.policy, StdioMode::Capture, &mut || {
+            Err(String::from("the audit log's disk is full"))
+        });
+        match got {
+            Err(ExecError::NotReleased { reason }) => {
+                assert_eq!(reason, "the audit log's disk is full", "{kind}")
+            }
+            other => panic!("{kind}: {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!marker.exists(), "{kind}: an unreleased command ran");
+        assert_eq!(
+            util::descendants(std::process::id()).len(),
+            0,
+            "{kind}: nothing of the sandbox is left"
+        );
+    }
+}
