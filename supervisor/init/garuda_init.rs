@@ -19,6 +19,9 @@
 //!   handles on the host's own mounts), then execute `CMD` as `execvp` would (`PATH`
 //!   searched, a file without a `#!` line run by `/bin/sh`). Exits 127 if it is not found and
 //!   126 if it cannot be executed.
+//! - `ANY garuda-exec-released FD CMD ARGS…` (`sys::EXEC_RELEASED_ARGV1`) — the same, after
+//!   one byte has been read from `FD`: the supervisor's go-ahead once the command's audit
+//!   intent is on disk. The pipe's end without the byte exits 125 and `CMD` never runs.
 //!
 //! Anything else exits 125. It never allocates and keeps every buffer on its stack.
 //!
@@ -34,6 +37,7 @@ use core::arch::{asm, global_asm};
 
 #[cfg(target_arch = "x86_64")]
 mod nr {
+    pub const READ: usize = 0;
     pub const WRITE: usize = 1;
     pub const EXECVE: usize = 59;
     pub const WAIT4: usize = 61;
@@ -43,6 +47,7 @@ mod nr {
 
 #[cfg(target_arch = "aarch64")]
 mod nr {
+    pub const READ: usize = 63;
     pub const WRITE: usize = 64;
     pub const EXECVE: usize = 221;
     pub const WAIT4: usize = 260;
@@ -112,6 +117,20 @@ fn exit(code: i32) -> ! {
 fn write(fd: i32, buf: &[u8]) {
     // SAFETY: a valid buffer and its length.
     unsafe { syscall(nr::WRITE, fd as usize, buf.as_ptr() as usize, buf.len(), 0) };
+}
+
+/// `read(fd, buf)`: the bytes read, or a negative errno.
+fn read(fd: i32, buf: &mut [u8]) -> isize {
+    // SAFETY: a valid, writable buffer and its length.
+    unsafe {
+        syscall(
+            nr::READ,
+            fd as usize,
+            buf.as_mut_ptr() as usize,
+            buf.len(),
+            0,
+        )
+    }
 }
 
 /// `wait4(-1, &status, 0, NULL)`: the pid reaped (or a negative errno) and its status.
@@ -434,6 +453,15 @@ fn run(args: &Args) -> ! {
     if args.arg(1) == b"garuda-exec-closed" && args.argc() >= 3 {
         exec_closed(&args.argv()[2..], args)
     }
+    if args.arg(1) == b"garuda-exec-released" && args.argc() >= 4 {
+        match number(args.arg(2)) {
+            Some(fd) if released(fd) => exec_closed(&args.argv()[3..], args),
+            _ => {
+                say(b"garuda: the command was not released (its audit record did not reach the disk)\n");
+                exit(SETUP_FAILED)
+            }
+        }
+    }
     exit(SETUP_FAILED)
 }
 
@@ -478,6 +506,19 @@ fn reap(cmd: i32, report_fd: i32) -> i32 {
     }
     write(report_fd, &rec);
     128 + signal
+}
+
+/// Waits for the supervisor's go-ahead: one byte on `fd`. The end of the pipe without it (the
+/// supervisor killed the sandbox, or died) is no go-ahead.
+fn released(fd: i32) -> bool {
+    let mut byte = [0u8; 1];
+    loop {
+        match read(fd, &mut byte) {
+            1 => return true,
+            r if r == -EINTR => {}
+            _ => return false,
+        }
+    }
 }
 
 /// Close every descriptor above stdio, then execute `argv[0]` as `execvp` would. `argv` is the

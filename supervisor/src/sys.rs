@@ -704,6 +704,13 @@ pub const REAPER_ARGV0: &CStr = c"garuda-sandbox-init";
 /// bwrap 0.8 has no option to close them.
 pub const EXEC_CLOSED_ARGV1: &CStr = c"garuda-exec-closed";
 
+/// [`EXEC_CLOSED_ARGV1`] with a release: `argv = [that path, EXEC_RELEASED_ARGV1, FD,
+/// command…]`. The program first reads one byte from `FD`, the supervisor's go-ahead once the
+/// command's audit intent is on disk (`Executor::run_released`); the end of the pipe without
+/// it exits 125 and the command never runs. bwrap's own `--block-fd` would not do: it carries
+/// on when its pipe ends without a byte.
+pub const EXEC_RELEASED_ARGV1: &CStr = c"garuda-exec-released";
+
 /// The sandboxes' start-up program (`supervisor/init/garuda_init.rs`, built by `build.rs`): a
 /// static executable of a few kilobytes with no libc, which is the landlock executor's reaper
 /// ([`REAPER_ARGV0`]) and the bubblewrap executor's exec step ([`EXEC_CLOSED_ARGV1`]).

@@ -224,6 +224,7 @@ fn unsafe_is_forbidden_outside_the_supervisor_sys_module() {
     for (in_sys, in_init) in [
         ("c\"garuda-sandbox-init\"", "b\"garuda-sandbox-init\""),
         ("c\"garuda-exec-closed\"", "b\"garuda-exec-closed\""),
+        ("c\"garuda-exec-released\"", "b\"garuda-exec-released\""),
         ("SETUP_FAILED_EXIT: i32 = 125;", "SETUP_FAILED: i32 = 125;"),
         ("Signaled = 16,", "STAGE_SIGNALED: u32 = 16;"),
     ] {

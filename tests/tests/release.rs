@@ -39,7 +39,11 @@ fn available(kind: ExecutorKind) -> bool {
 #[test]
 fn a_command_starts_only_after_its_release() {
     let fx = Fixture::new("release");
-    for kind in [ExecutorKind::Landlock, ExecutorKind::Host] {
+    for kind in [
+        ExecutorKind::Landlock,
+        ExecutorKind::Bubblewrap,
+        ExecutorKind::Host,
+    ] {
         if kind.is_sandbox() && !available(kind) {
             continue;
         }

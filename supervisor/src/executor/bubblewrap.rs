@@ -61,6 +61,10 @@ pub struct Fds {
     /// command. `None`: bwrap executes the command itself (the benchmarks' bare bwrap, which
     /// holds no handle the command could use).
     pub exec: Option<i32>,
+    /// The release pipe's read end (with [`Fds::exec`]): the exec step waits for one byte on it
+    /// before the command ([`sys::EXEC_RELEASED_ARGV1`], `Executor::run_released`). `None`: the
+    /// exec step goes on at once.
+    pub release: Option<i32>,
 }
 
 /// The bwrap arguments (without the program name) for `cmd` under `policy`.
@@ -155,7 +159,17 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
     push(&["--".as_ref()]);
     if let Some(fd) = fds.exec {
         a.push(format!("/proc/self/fd/{fd}").into());
-        a.push(std::ffi::OsStr::from_bytes(sys::EXEC_CLOSED_ARGV1.to_bytes()).to_os_string());
+        match fds.release {
+            None => a.push(
+                std::ffi::OsStr::from_bytes(sys::EXEC_CLOSED_ARGV1.to_bytes()).to_os_string(),
+            ),
+            Some(release) => {
+                a.push(
+                    std::ffi::OsStr::from_bytes(sys::EXEC_RELEASED_ARGV1.to_bytes()).to_os_string(),
+                );
+                a.push(release.to_string().into());
+            }
+        }
     }
     a.extend(cmd.argv.iter().cloned());
     a
@@ -455,6 +469,16 @@ impl Executor for BubblewrapExecutor {
         policy: &ExecPolicy,
         stdio: StdioMode,
     ) -> Result<Outcome, ExecError> {
+        self.run_released(cmd, policy, stdio, &mut || Ok(()))
+    }
+
+    fn run_released(
+        &self,
+        cmd: &CommandSpec,
+        policy: &ExecPolicy,
+        stdio: StdioMode,
+        release: super::Release<'_>,
+    ) -> Result<Outcome, ExecError> {
         if cmd.argv.is_empty() {
             return Err(ExecError::InvalidCommand("empty command".into()));
         }
@@ -493,6 +517,9 @@ impl Executor for BubblewrapExecutor {
             .map_err(setup("empty-file memfd"))?;
         let reserved = reserve_binds(policy).map_err(setup("reserve bind descriptors"))?;
         let (status_read, status_write) = sys::pipe().map_err(setup("status pipe"))?;
+        // The exec step waits on this for the go-ahead that follows `release`: bwrap builds
+        // the sandbox meanwhile.
+        let (release_read, release_write) = sys::pipe().map_err(setup("release pipe"))?;
         // The exec step: the start-up program closes bwrap's descriptors, then executes.
         let init = sys::init_program().map_err(setup("the sandbox start-up program"))?;
         let fds = Fds {
@@ -501,6 +528,7 @@ impl Executor for BubblewrapExecutor {
             binds: reserved.iter().map(|f| f.as_raw_fd()).collect(),
             status: Some(status_write.as_raw_fd()),
             exec: Some(init.as_raw_fd()),
+            release: Some(release_read.as_raw_fd()),
         };
         let mut command = Command::new(&bwrap);
         command
@@ -558,6 +586,7 @@ impl Executor for BubblewrapExecutor {
         keep.push(fds.seccomp);
         keep.push(status_write.as_raw_fd());
         keep.push(init.as_raw_fd());
+        keep.push(release_read.as_raw_fd());
         let namespaces = sys::BwrapNamespaces {
             uid_map: sys::id_map(sys::current_uid()),
             gid_map: sys::id_map(sys::current_gid()),
@@ -607,6 +636,19 @@ impl Executor for BubblewrapExecutor {
         drop(reserved);
         // bwrap has its copy: ours must go for the read below to see the end.
         drop(status_write);
+        drop(release_read);
+        // While bwrap builds the sandbox: what must precede the command (the audit intent's
+        // sync). Without the byte the exec step exits 125 when our end closes, whatever else
+        // happens; the sandbox is also killed.
+        let mut go = std::fs::File::from(release_write);
+        let release_failure = match &spawned {
+            Ok(_) => release().err(),
+            Err(_) => None,
+        };
+        let released = release_failure.is_none()
+            && spawned.is_ok()
+            && std::io::Write::write_all(&mut go, b"!").is_ok();
+        drop(go);
         let received = receiving.map(|thread| {
             thread.join().unwrap_or_else(|_| {
                 Err(netbridge::BridgeError::Start(std::io::Error::other(
@@ -640,6 +682,16 @@ impl Executor for BubblewrapExecutor {
             }
             (Ok(child), None) => child,
         };
+        if let Some(reason) = release_failure {
+            let _ = child.kill();
+            let _ = child.wait();
+            remove_limit(&limit);
+            return Err(ExecError::NotReleased { reason });
+        }
+        if !released {
+            // No one could read the byte: bwrap's setup already ended; its status says how.
+            let _ = child.kill();
+        }
         let cap = policy.limits.output_cap;
         let out = child.stdout.take().map(|s| spawn_reader(s, cap));
         let err = child.stderr.take().map(|s| spawn_reader(s, cap));
@@ -771,6 +823,7 @@ mod tests {
             binds: vec![11, 12, 13, 14, 15],
             status: Some(16),
             exec: Some(17),
+            release: Some(18),
         };
         // The spawn hook opens these, in this order, at descriptors 11 to 15.
         assert_eq!(
@@ -817,7 +870,7 @@ mod tests {
             "--add-seccomp-fd", "7",
             "--json-status-fd", "16",
             "--",
-            "/proc/self/fd/17", "garuda-exec-closed",
+            "/proc/self/fd/17", "garuda-exec-released", "18",
             "sh", "-c", "echo hi; rm -rf /",
         ];
         assert_eq!(golden_for(NetworkMode::Isolated), want);
@@ -848,7 +901,7 @@ mod tests {
             "--add-seccomp-fd", "7",
             "--json-status-fd", "16",
             "--",
-            "/proc/self/fd/17", "garuda-exec-closed",
+            "/proc/self/fd/17", "garuda-exec-released", "18",
             "sh", "-c", "echo hi; rm -rf /",
         ];
         let got = golden_for(NetworkMode::Proxy {

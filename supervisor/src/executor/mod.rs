@@ -268,8 +268,9 @@ pub trait Executor: Send + Sync {
     /// What it is for: the audit intent must be on disk before the command can do anything,
     /// and its `fdatasync` (0.3–0.5 ms) need not hold up the sandbox's setup. The Landlock
     /// executor calls `release` while its children build the sandbox, and the command waits on
-    /// a pipe for the go-ahead (`sys::NativePlan::release`). Every other executor calls it
-    /// first, as this default does.
+    /// a pipe for the go-ahead (`sys::NativePlan::release`); the bubblewrap executor calls it
+    /// while bwrap builds the sandbox, and its exec step waits (`sys::EXEC_RELEASED_ARGV1`).
+    /// The others call it first, as this default does.
     fn run_released(
         &self,
         cmd: &CommandSpec,
