@@ -463,15 +463,6 @@ impl Executor for BubblewrapExecutor {
         ExecutorKind::Bubblewrap
     }
 
-    fn run(
-        &self,
-        cmd: &CommandSpec,
-        policy: &ExecPolicy,
-        stdio: StdioMode,
-    ) -> Result<Outcome, ExecError> {
-        self.run_released(cmd, policy, stdio, &mut || Ok(()))
-    }
-
     fn run_released(
         &self,
         cmd: &CommandSpec,

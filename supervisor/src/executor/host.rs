@@ -34,12 +34,15 @@ impl Executor for HostExecutor {
         ExecutorKind::Host
     }
 
-    fn run(
+    fn run_released(
         &self,
         cmd: &CommandSpec,
         policy: &ExecPolicy,
         stdio: StdioMode,
+        release: super::Release<'_>,
     ) -> Result<Outcome, ExecError> {
+        // Nothing to overlap: the release first.
+        release().map_err(|reason| ExecError::NotReleased { reason })?;
         let (program, args) = cmd
             .argv
             .split_first()

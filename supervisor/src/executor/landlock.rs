@@ -565,15 +565,6 @@ impl Executor for LandlockExecutor {
         ExecutorKind::Landlock
     }
 
-    fn run(
-        &self,
-        cmd: &CommandSpec,
-        policy: &ExecPolicy,
-        stdio: StdioMode,
-    ) -> Result<Outcome, ExecError> {
-        self.run_released(cmd, policy, stdio, &mut || Ok(()))
-    }
-
     fn run_released(
         &self,
         cmd: &CommandSpec,

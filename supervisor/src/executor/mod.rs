@@ -260,7 +260,9 @@ pub trait Executor: Send + Sync {
         cmd: &CommandSpec,
         policy: &ExecPolicy,
         stdio: StdioMode,
-    ) -> Result<Outcome, ExecError>;
+    ) -> Result<Outcome, ExecError> {
+        self.run_released(cmd, policy, stdio, &mut || Ok(()))
+    }
 
     /// [`Executor::run`], with `release` called before the command's program may start; its
     /// error stops the command, which then never runs ([`ExecError::NotReleased`]).
@@ -270,17 +272,14 @@ pub trait Executor: Send + Sync {
     /// executor calls `release` while its children build the sandbox, and the command waits on
     /// a pipe for the go-ahead (`sys::NativePlan::release`); the bubblewrap executor calls it
     /// while bwrap builds the sandbox, and its exec step waits (`sys::EXEC_RELEASED_ARGV1`).
-    /// The others call it first, as this default does.
+    /// The others call it before they start anything.
     fn run_released(
         &self,
         cmd: &CommandSpec,
         policy: &ExecPolicy,
         stdio: StdioMode,
         release: Release<'_>,
-    ) -> Result<Outcome, ExecError> {
-        release().map_err(|reason| ExecError::NotReleased { reason })?;
-        self.run(cmd, policy, stdio)
-    }
+    ) -> Result<Outcome, ExecError>;
 }
 
 /// What must be done before a command's program may start (see [`Executor::run_released`]):

@@ -493,15 +493,6 @@ impl Executor for CachedExecutor {
         self.inner.kind()
     }
 
-    fn run(
-        &self,
-        cmd: &CommandSpec,
-        policy: &ExecPolicy,
-        stdio: StdioMode,
-    ) -> Result<Outcome, ExecError> {
-        self.run_released(cmd, policy, stdio, &mut || Ok(()))
-    }
-
     fn run_released(
         &self,
         cmd: &CommandSpec,

@@ -284,12 +284,15 @@ impl Executor for SeatbeltExecutor {
         ExecutorKind::Seatbelt
     }
 
-    fn run(
+    fn run_released(
         &self,
         cmd: &CommandSpec,
         policy: &ExecPolicy,
         stdio: StdioMode,
+        release: super::Release<'_>,
     ) -> Result<Outcome, ExecError> {
+        // Nothing to overlap: the release first.
+        release().map_err(|reason| ExecError::NotReleased { reason })?;
         if policy.staged.is_some() {
             return Err(unavailable(
                 "staged commands are not supported by the seatbelt executor yet".into(),
