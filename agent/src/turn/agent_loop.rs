@@ -217,6 +217,10 @@ impl<'a, M: Model, S: Supervisor> Agent<'a, M, S> {
             core.push(&mut self.conv, unanswered).await?;
         }
         core.push(&mut self.conv, user_text(prompt)).await?;
+        // Once per turn, the prompt's record is waited for: its answer comes after any cancel
+        // the supervisor sent before it handled the record (a Ctrl-C right behind the prompt),
+        // so the loop sees that cancel before it calls the model.
+        core.settle_journal().await?;
         let limits = RunLimits {
             max_steps: core.config.max_steps,
             wrap_up: false,
