@@ -164,7 +164,7 @@ pub enum SplitError {
         /// The parser's message.
         reason: String,
     },
-    /// The parser failed in an unexpected way (it panicked, or its thread could not start).
+    /// The parser failed in an unexpected way (it panicked).
     #[error("cannot parse command line `{line}`: internal parser failure: {reason}")]
     Internal {
         /// The start of the line.
@@ -253,14 +253,22 @@ fn preview(text: &str) -> String {
 }
 
 /// Counts what can open a nesting level in any of brush's parsers, ignoring quoting entirely,
-/// so the count is an upper bound on the depth the parsers can reach on `text`.
+/// so the count is an upper bound on the depth the parsers can reach on `text`, and on the
+/// depth of the tree the walker then recurses through.
+///
+/// Also counted: every `&&` and `||`, because a `[[ … ]]` expression nests one tree level per
+/// operator (`[[ a&&a&&a… ]]`), which the walker and the tree's drop recurse through; and
+/// keywords split by a backslash-newline (`i\⏎f`), which the tokenizer joins before it
+/// matches keywords.
 fn count_nesting_tokens(text: &str) -> usize {
     const KEYWORDS: [&str; 8] = [
         "if", "case", "while", "until", "for", "select", "function", "coproc",
     ];
-    let mut count = 0;
+    let joined = text.replace("\\\n", "");
+    let operators = joined.matches("&&").count() + joined.matches("||").count();
+    let mut count = operators;
     let mut word = String::new();
-    for c in text.chars().chain(std::iter::once(' ')) {
+    for c in joined.chars().chain(std::iter::once(' ')) {
         if c.is_ascii_alphabetic() {
             if word.len() <= 8 {
                 word.push(c);
@@ -2611,6 +2619,28 @@ mod parser_stack_tests {
                 .join()
                 .unwrap();
         }
+    }
+
+    /// Two shapes whose depth the count once missed, on a thread with a 2 MiB stack (a tokio
+    /// worker's): a `[[ … ]]` chain of 20,000 `&&` (one tree level each) and 4,000 `if`s split
+    /// by a backslash-newline (the tokenizer joins them). Each is refused as too complex, as
+    /// any line past the bound is, instead of overflowing the stack and aborting the process.
+    #[test]
+    fn uncounted_depth_is_counted() {
+        let chain = format!("[[ a{} ]]", "&&a".repeat(20_000));
+        let split_if = format!("{}a{}", "i\\\nf a;then ".repeat(4000), ";fi".repeat(4000));
+        let got = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || (split(&chain), split(&split_if)))
+            .unwrap()
+            .join()
+            .unwrap();
+        for r in [got.0, got.1] {
+            assert!(matches!(r, Err(SplitError::TooComplex { .. })), "{r:?}");
+        }
+        // Control: a short line of each shape still splits.
+        assert!(split("[[ a && b ]] && echo x").is_ok());
+        assert_eq!(split("i\\\nf true; then echo x; fi").unwrap().len(), 2);
     }
 
     /// Lines from many threads at once each get their own answer.
