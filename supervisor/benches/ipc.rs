@@ -93,6 +93,10 @@ impl AuditSink for Discard {
     fn record(&mut self, _: &str, _: Value) -> Result<(), String> {
         Ok(())
     }
+
+    fn make_durable(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 fn start_frame() -> Start {

@@ -457,7 +457,7 @@ fn run(args: &Args) -> ! {
         match number(args.arg(2)) {
             Some(fd) if released(fd) => exec_closed(&args.argv()[3..], args),
             _ => {
-                say(b"garuda: the command was not released (its audit record did not reach the disk)\n");
+                say(b"garuda: the command was not released by the supervisor\n");
                 exit(SETUP_FAILED)
             }
         }

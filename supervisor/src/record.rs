@@ -98,20 +98,23 @@ impl Recorder {
 
     /// Records the command before it starts, durably.
     pub fn intent(&mut self, event: Value) -> Result<()> {
-        self.writer
-            .append_durable("command_intent", event)
-            .context("cannot record the command's intent in the audit log: it does not run")?;
-        self.intent_written = true;
-        Ok(())
+        self.write_intent(event, true)
     }
 
     /// Records the command before it starts, not yet durably: [`Recorder::make_durable`] must
     /// run before the command's program may start (the executor's release, see
     /// [`crate::executor::Executor::run_released`]).
     pub fn intent_unsynced(&mut self, event: Value) -> Result<()> {
-        self.writer
-            .append("command_intent", event)
-            .context("cannot record the command's intent in the audit log: it does not run")?;
+        self.write_intent(event, false)
+    }
+
+    fn write_intent(&mut self, event: Value, durable: bool) -> Result<()> {
+        let written = if durable {
+            self.writer.append_durable("command_intent", event)
+        } else {
+            self.writer.append("command_intent", event)
+        };
+        written.context("cannot record the command's intent in the audit log: it does not run")?;
         self.intent_written = true;
         Ok(())
     }

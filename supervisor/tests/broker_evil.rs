@@ -39,6 +39,14 @@ impl AuditSink for Shared {
         let w = w.as_mut().unwrap();
         w.append(kind, event).map(|_| ()).map_err(|e| e.to_string())
     }
+
+    fn make_durable(&mut self) -> Result<(), String> {
+        let mut w = self.0.lock().unwrap();
+        w.as_mut()
+            .unwrap()
+            .make_durable()
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// Answers every question with `yes` and counts them.

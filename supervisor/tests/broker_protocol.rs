@@ -76,6 +76,14 @@ impl AuditSink for Shared {
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
+
+    fn make_durable(&mut self) -> Result<(), String> {
+        let mut w = self.0.lock().unwrap();
+        w.as_mut()
+            .unwrap()
+            .make_durable()
+            .map_err(|e| e.to_string())
+    }
 }
 
 struct World {
@@ -696,5 +704,67 @@ fn a_command_whose_intent_cannot_be_made_durable_never_runs() {
         drop(w);
         let log = std::fs::read_to_string(&path).unwrap();
         assert!(log.contains("\"command_intent\""), "{log}");
+    }
+}
+
+/// A tool host that runs a command without calling its release (the intent not made durable
+/// first) stops the broker instead of going on. Control: the test above, where a host that
+/// calls the release is answered.
+#[test]
+fn a_command_run_without_its_release_stops_the_broker() {
+    let world = World::new();
+    let (mut client, server) = UnixStream::pair().unwrap();
+    let audit = world.audit.clone();
+    let handle = thread::spawn(move || {
+        struct SkipsRelease;
+        impl ToolHost for SkipsRelease {
+            fn call(&mut self, _: &Request) -> (Answer, Option<Value>) {
+                (
+                    Answer::CommandDone(garuda_ipc::CommandDone {
+                        exit_code: Some(0),
+                        signal: None,
+                        timed_out: false,
+                        output: String::new(),
+                        output_truncated: false,
+                        blocked_hosts: vec![],
+                        staged: None,
+                    }),
+                    None,
+                )
+            }
+            fn call_released(
+                &mut self,
+                request: &Request,
+                _release: garuda_supervisor::executor::Release<'_>,
+            ) -> (Answer, Option<Value>) {
+                self.call(request)
+            }
+        }
+        let mut broker = Broker::accept(server, &start(), audit, Box::new(|| {}))?;
+        let cancel = AtomicBool::new(false);
+        broker.turn("go", &mut SkipsRelease, &mut |_: &UiEvent| {}, &cancel)?;
+        Ok::<_, BrokerError>(broker.state())
+    });
+    open(&mut client, true);
+    send(
+        &mut client,
+        &AgentFrame::Request {
+            id: 4,
+            more: false,
+            request: Request::RunCommand {
+                command: "true".into(),
+                timeout_secs: None,
+                outside_sandbox: false,
+            },
+        },
+    );
+    match handle.join().unwrap() {
+        Err(BrokerError::Audit(reason)) => {
+            assert!(
+                reason.contains("without its intent being made durable"),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
     }
 }

@@ -421,21 +421,21 @@ fn the_start_up_program_reaps_only_with_the_reapers_command_line() {
     );
 }
 
-/// The exec step (`ANY garuda-exec-closed CMD…`, what bwrap runs in the sandbox) closes every
-/// descriptor above stdio, then executes the command as `execvp` does: `PATH` searched, a file
-/// with no `#!` line run by `/bin/sh`, 127 when not found, 126 when not executable. Control:
-/// the same command started directly sees the descriptor the test left open (fd 7).
 /// The exec step with a release (`garuda-exec-released FD …`): the command runs only after a
 /// byte arrives on `FD`; a pipe that ends without one exits 125 and the command never runs
 /// (what the bubblewrap executor relies on when the audit intent cannot be synced: bwrap's own
 /// `--block-fd` carries on at the end of its pipe). Control: the same pipe with a byte in it.
+/// The byte comes 300 ms after the step started, and the writer first notes whether the
+/// command had already run: the step waits for it, not only reads what is there.
 #[test]
 fn the_exec_step_waits_for_its_release() {
     let (dir, program) = init_program_file();
     let marker = dir.path().join("ran");
+    let early = dir.path().join("ran-early");
     let run = |go: &str| {
-        // fd 8 reads a pipe whose writer (a subshell) writes `go` and ends.
-        let script = r#"p=$1; m=$2; go=$3; exec 8< <(printf "%s" "$go"); exec -a /proc/self/fd/9 "$p" garuda-exec-released 8 /bin/sh -c "echo ran > '$m'""#;
+        // fd 8 reads a pipe whose writer (a subshell) waits, notes a command that ran before
+        // its byte, writes `go` and ends.
+        let script = r#"p=$1; m=$2; go=$3; exec 8< <(sleep 0.3; [ -e "$m" ] && : > "$m-early"; printf "%s" "$go"); exec -a /proc/self/fd/9 "$p" garuda-exec-released 8 /bin/sh -c "echo ran > '$m'""#;
         let out = Command::new("/bin/bash")
             .args(["-c", script, "bash"])
             .arg(&program)
@@ -455,12 +455,17 @@ fn the_exec_step_waits_for_its_release() {
     assert_eq!(code, Some(125), "{err}");
     assert!(err.contains("the command was not released"), "{err}");
     assert!(!marker.exists(), "the command ran without its release");
-    // The control: released, it runs.
+    // The control: released, it runs, and not before the byte.
     let (code, err) = run("!");
     assert_eq!(code, Some(0), "{err}");
     assert!(marker.exists());
+    assert!(!early.exists(), "the command ran before its release");
 }
 
+/// The exec step (`ANY garuda-exec-closed CMD…`, what bwrap runs in the sandbox) closes every
+/// descriptor above stdio, then executes the command as `execvp` does: `PATH` searched, a file
+/// with no `#!` line run by `/bin/sh`, 127 when not found, 126 when not executable. Control:
+/// the same command started directly sees the descriptor the test left open (fd 7).
 #[test]
 fn the_exec_step_closes_inherited_descriptors_and_executes_as_execvp() {
     use std::os::unix::fs::PermissionsExt;

@@ -91,10 +91,9 @@ pub trait AuditSink {
     }
 
     /// Makes everything recorded so far durable (`fdatasync`): the release of a command
-    /// whose intent was recorded with [`AuditSink::record`]. By default nothing to do.
-    fn make_durable(&mut self) -> Result<(), String> {
-        Ok(())
-    }
+    /// whose intent was recorded with [`AuditSink::record`]. Required: a sink that forgot it
+    /// would silently run commands with their intent not on disk.
+    fn make_durable(&mut self) -> Result<(), String>;
 }
 
 /// The answer for a command that was not started because its intent could not be made
@@ -330,15 +329,27 @@ impl<A: AuditSink> Broker<A> {
                                 .map_err(BrokerError::Audit)?;
                             let audit = &mut self.audit;
                             let mut unsynced = None;
+                            let mut released = false;
                             let done = tools.call_released(&request, &mut || {
-                                audit
-                                    .make_durable()
-                                    .inspect_err(|e| unsynced = Some(e.clone()))
+                                let synced = audit.make_durable();
+                                match &synced {
+                                    Ok(()) => released = true,
+                                    Err(e) => unsynced = Some(e.clone()),
+                                }
+                                synced
                             });
                             if let Some(e) = unsynced {
                                 // Nothing runs unrecorded: the command was stopped, and so
                                 // is the broker.
                                 return Err(BrokerError::Audit(e));
+                            }
+                            if matches!(done.0, Answer::CommandDone(_)) && !released {
+                                // A tool host that ran a command without its release: the
+                                // intent may not have been on disk. Fail loudly.
+                                return Err(BrokerError::Audit(
+                                    "a command ran without its intent being made durable first"
+                                        .into(),
+                                ));
                             }
                             done
                         } else {

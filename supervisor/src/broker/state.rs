@@ -95,7 +95,7 @@ const TABLE: &[(State, Kind, Rule)] = &[
         Kind::Tool,
         Rule::Violation("a tool request outside a turn"),
     ),
-    // The agent records the end of a turn after `turn_end`.
+    // The journal is open whenever the conversation is, between turns too.
     (State::Idle, Kind::Journal, Rule::Allow),
     (
         State::Idle,

@@ -631,15 +631,11 @@ impl Executor for BubblewrapExecutor {
         // While bwrap builds the sandbox: what must precede the command (the audit intent's
         // sync). Without the byte the exec step exits 125 when our end closes, whatever else
         // happens; the sandbox is also killed.
-        let mut go = std::fs::File::from(release_write);
-        let release_failure = match &spawned {
-            Ok(_) => release().err(),
-            Err(_) => None,
+        let sent = match &spawned {
+            Ok(_) => super::send_release(release, release_write),
+            // Nothing to release: the spawn's own error is the answer.
+            Err(_) => Ok(false),
         };
-        let released = release_failure.is_none()
-            && spawned.is_ok()
-            && std::io::Write::write_all(&mut go, b"!").is_ok();
-        drop(go);
         let received = receiving.map(|thread| {
             thread.join().unwrap_or_else(|_| {
                 Err(netbridge::BridgeError::Start(std::io::Error::other(
@@ -673,13 +669,13 @@ impl Executor for BubblewrapExecutor {
             }
             (Ok(child), None) => child,
         };
-        if let Some(reason) = release_failure {
+        if let Err(reason) = sent {
             let _ = child.kill();
             let _ = child.wait();
             remove_limit(&limit);
             return Err(ExecError::NotReleased { reason });
         }
-        if !released {
+        if sent != Ok(true) {
             // No one could read the byte: bwrap's setup already ended; its status says how.
             let _ = child.kill();
         }

@@ -725,14 +725,11 @@ impl Executor for LandlockExecutor {
         // While the children build the sandbox: what must precede the command (the audit
         // intent's sync). On failure the sandbox is killed; its command never executes (it
         // also stops by itself when the pipe closes without the byte).
-        let mut go = std::fs::File::from(release_write);
-        let release_failure = release().err();
-        // No one left to read the byte (EPIPE) means the setup already failed: its report
-        // says where. Either way the command cannot start without the byte.
-        if release_failure.is_some() || std::io::Write::write_all(&mut go, b"!").is_err() {
+        let sent = super::send_release(release, release_write);
+        if sent != Ok(true) {
             let _ = sys::kill(pid, libc::SIGKILL);
         }
-        drop(go);
+        let release_failure = sent.err();
         let cap = policy.limits.output_cap;
         let out = out_pipe.map(|(r, w)| {
             drop(w);

@@ -285,3 +285,14 @@ pub trait Executor: Send + Sync {
 /// What must be done before a command's program may start (see [`Executor::run_released`]):
 /// `Err` with the reason stops the command.
 pub type Release<'a> = &'a mut dyn FnMut() -> Result<(), String>;
+
+/// Runs `release` and, when it succeeded, writes the go-ahead byte on `go` (the write end of
+/// the release pipe, closed on return). `Err`: the release failed. `Ok(false)`: no one could
+/// read the byte (the sandbox's setup had already ended; its own report says why). Unless it
+/// returns `Ok(true)` the caller kills the sandbox, whose command cannot start without the
+/// byte anyway.
+pub(crate) fn send_release(release: Release<'_>, go: std::os::fd::OwnedFd) -> Result<bool, String> {
+    release()?;
+    let mut go = std::fs::File::from(go);
+    Ok(std::io::Write::write_all(&mut go, b"!").is_ok())
+}
