@@ -16,6 +16,42 @@ use garuda_supervisor::executor::{
 };
 use util::Fixture;
 
+/// Live processes other than this one that are a copy of this test binary or name `base` on
+/// their command line.
+fn left_anywhere(base: &std::path::Path) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let exe = std::fs::read_link("/proc/self/exe").unwrap();
+    let base = base.to_string_lossy().into_owned();
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'));
+        if zombie {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .unwrap_or_default();
+        let same_exe = std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe);
+        if same_exe || cmdline.contains(&base) {
+            left.push((pid, cmdline));
+        }
+    }
+    left
+}
+
 /// Whether `kind` can run here; when it cannot, says so and fails unless
 /// `GARUDA_ALLOW_NOT_TESTED` names `release-<kind>`.
 fn available(kind: ExecutorKind) -> bool {
@@ -96,5 +132,9 @@ fn a_command_starts_only_after_its_release() {
             0,
             "{kind}: nothing of the sandbox is left"
         );
+        // Also none that outlived its parent (reparented away from this process): a copy of
+        // this test binary (outer, PID 1 before its exec) or a bwrap of this fixture.
+        let left = left_anywhere(&fx.base);
+        assert!(left.is_empty(), "{kind}: left running: {left:?}");
     }
 }

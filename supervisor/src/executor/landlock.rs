@@ -178,6 +178,44 @@ pub(crate) mod abi_fault {
     }
 }
 
+/// Unit tests only: leave the sandbox alive after a failed release, to show that its command
+/// stops by itself when the release pipe ends without the byte.
+#[cfg(test)]
+pub(crate) mod release_fault {
+    use std::cell::Cell;
+
+    thread_local! {
+        static KEEP: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// The sandbox is not killed on a failed release until this is dropped.
+    pub(crate) struct Kept;
+
+    impl Drop for Kept {
+        fn drop(&mut self) {
+            KEEP.with(|k| k.set(false));
+        }
+    }
+
+    pub(crate) fn keep_sandbox() -> Kept {
+        KEEP.with(|k| k.set(true));
+        Kept
+    }
+
+    pub(super) fn kept() -> bool {
+        KEEP.with(Cell::get)
+    }
+}
+
+/// Whether a sandbox whose release failed is killed (always, but in the unit test above).
+fn kill_unreleased() -> bool {
+    #[cfg(test)]
+    if release_fault::kept() {
+        return false;
+    }
+    true
+}
+
 fn kernel_supported() -> Result<(), String> {
     match kernel_version() {
         Some(v) if v >= MIN_KERNEL => Ok(()),
@@ -726,7 +764,7 @@ impl Executor for LandlockExecutor {
         // intent's sync). On failure the sandbox is killed; its command never executes (it
         // also stops by itself when the pipe closes without the byte).
         let sent = super::send_release(release, release_write);
-        if sent != Ok(true) {
+        if sent != Ok(true) && kill_unreleased() {
             let _ = sys::kill(pid, libc::SIGKILL);
         }
         let release_failure = sent.err();
@@ -991,6 +1029,44 @@ mod write_wall_tests {
         }
         let _lowered = abi_fault::lower(MIN_ABI);
         assert_eq!(write(&LandlockExecutor, &policy, &file), (0, String::new()));
+        assert!(file.exists(), "the control did not write");
+    }
+
+    /// A command whose release failed stops by itself when the release pipe ends without the
+    /// byte (stage `Release`), not only because the supervisor kills its sandbox: here the kill
+    /// is left out (`release_fault`), and the run still ends without the command having run.
+    /// Control: released, the same command writes.
+    #[test]
+    fn an_unreleased_command_stops_at_the_end_of_its_pipe() {
+        let base = base();
+        let project = base.path().canonicalize().unwrap().join("project");
+        std::fs::create_dir(&project).unwrap();
+        let policy = policy(&project);
+        let file = project.join("written-by-the-command");
+        {
+            let _kept = release_fault::keep_sandbox();
+            let got = LandlockExecutor.run_released(
+                &write_command(&file),
+                &policy,
+                StdioMode::Capture,
+                &mut || Err("the disk is full".into()),
+            );
+            match got {
+                Err(ExecError::NotReleased { reason }) => assert_eq!(reason, "the disk is full"),
+                Err(other) => panic!("another error: {other}"),
+                Ok(out) => panic!("the run ended as the command's: {:?}", out.status),
+            }
+            assert!(!file.exists(), "the command ran without its release");
+        }
+        let out = LandlockExecutor
+            .run_released(
+                &write_command(&file),
+                &policy,
+                StdioMode::Capture,
+                &mut || Ok(()),
+            )
+            .unwrap();
+        assert_eq!(out.status, ExitStatus::Code(0));
         assert!(file.exists(), "the control did not write");
     }
 }
