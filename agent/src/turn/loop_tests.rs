@@ -234,7 +234,8 @@ async fn journal_answers_are_read_after_the_model_and_failures_are_shown() {
     // of their answers only the prompt's (sent before the first model request) was read.
     assert_eq!(sup.journal_read_at_send.borrow().as_slice(), [1]);
     let records = sup.journal_lines().len();
-    assert!(records >= 6, "{records} records");
+    // prompt, usage, call, result, usage, answer, turn end
+    assert_eq!(records, 7, "{records} records");
     let notices = sup
         .ui
         .borrow()
@@ -246,6 +247,29 @@ async fn journal_answers_are_read_after_the_model_and_failures_are_shown() {
         "one notice per record, all before the turn returned"
     );
     assert_eq!(sup.journal_read.get(), records);
+}
+
+/// A cancel the supervisor sent before it answered the prompt's record (a Ctrl-C right behind
+/// the prompt) stops the turn before it calls the model: the loop reads that answer first.
+/// Control: the same cancel arriving with a later record's answer comes after the model call.
+#[tokio::test]
+async fn a_cancel_before_the_prompts_answer_stops_the_turn_before_the_model() {
+    for (nth, model_calls) in [(1, 0), (2, 1)] {
+        let model = ScriptedModel::default();
+        model.script(SYS, vec![Reply::Respond(text("hello", (10, 1)))]);
+        let sup = supervisor();
+        sup.cancel_on_journal_read.set(nth);
+        let mut agent = Agent::new(&model, &sup, LoopConfig::default(), SYS.into());
+        let out = agent.run_turn("go").await.unwrap();
+        assert_eq!(
+            model.requests.borrow().len(),
+            model_calls,
+            "cancel with answer {nth}"
+        );
+        if model_calls == 0 {
+            assert_eq!(out.reason, StopReason::Cancelled);
+        }
+    }
 }
 
 #[tokio::test]

@@ -231,6 +231,9 @@ pub struct MockSupervisor {
     pub journal_read: Cell<usize>,
     pub journal_read_at_send: RefCell<Vec<usize>>,
     journal_ids: RefCell<Vec<u64>>,
+    /// Cancel when the n-th journal answer is read (1-based; 0 never): a cancel the
+    /// supervisor sent before it answered that record.
+    pub cancel_on_journal_read: Cell<usize>,
 }
 
 impl MockSupervisor {
@@ -255,6 +258,7 @@ impl MockSupervisor {
             journal_read: Cell::new(0),
             journal_read_at_send: RefCell::default(),
             journal_ids: RefCell::default(),
+            cancel_on_journal_read: Cell::new(0),
         }
     }
 
@@ -334,6 +338,9 @@ impl Supervisor for MockSupervisor {
             if let Some(a) = got {
                 if self.journal_ids.borrow().contains(&id) {
                     self.journal_read.set(self.journal_read.get() + 1);
+                    if self.journal_read.get() == self.cancel_on_journal_read.get() {
+                        self.cancel();
+                    }
                 } else {
                     self.events.borrow_mut().push(Event::Read(id));
                 }
