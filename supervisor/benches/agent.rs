@@ -340,13 +340,15 @@ fn main() {
     let (p50, p90) = median_ms(starts);
     println!("garuda -p start to the first model request: p50 {p50:.1} ms, p90 {p90:.1} ms  [target ≤ 50]");
 
-    // The tool calls, in rounds: each round runs one session of each kind and the executor
-    // alone, back to back, and the differences are taken within a round, so that the VM's slow
-    // and fast minutes fall on both sides of each difference.
+    // The tool calls, in rounds: each round runs one session of each kind in both passes. The
+    // `bash` figures over the executor alone are paired (within a session back to back, per
+    // call while the model thinks); the step and `read_file` figures are medians over every
+    // round, and the differences with them are taken between those medians.
     let rounds: usize = std::env::args()
         .nth(2)
         .and_then(|a| a.parse().ok())
-        .unwrap_or(5);
+        .unwrap_or(5)
+        .max(1);
     let calls = 20;
     let alone = Alone::new(&w);
     let (mut quick, mut thinking) = (Pass::default(), Pass::default());
