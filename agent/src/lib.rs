@@ -48,8 +48,8 @@ pub enum RunError {
 /// Serve the channel to the supervisor, once `garuda agent` has confined and checked itself:
 /// send `hello`, take `start` (the model endpoint, the limits, the system prompt, and for a
 /// resumed session its journal), then run one turn per `user_prompt` until `shutdown` or the
-/// end of the channel. Everything runs on one thread (a current-thread runtime) besides the
-/// link's reader thread.
+/// end of the channel. Everything runs on one thread (a current-thread runtime), the link's
+/// reader included.
 pub fn run(channel: UnixStream) -> Result<(), RunError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -58,8 +58,16 @@ pub fn run(channel: UnixStream) -> Result<(), RunError> {
 }
 
 async fn serve(channel: UnixStream) -> Result<(), RunError> {
-    use turn::{Agent, Control, LoopConfig, SocketSupervisor};
-    let link = SocketSupervisor::new(channel)?;
+    let link = turn::SocketSupervisor::new(channel)?;
+    let result = session(&link).await;
+    // Whatever the agent wrote last (the turn's end, the journal's records) reaches the
+    // supervisor before the runtime that writes it goes.
+    link.flush().await;
+    result
+}
+
+async fn session(link: &turn::SocketSupervisor) -> Result<(), RunError> {
+    use turn::{Agent, Control, LoopConfig};
     link.hello()?;
     let start = match link.next_control().await {
         Control::Start(start) => start,
@@ -77,7 +85,7 @@ async fn serve(channel: UnixStream) -> Result<(), RunError> {
     let config = LoopConfig::from_start(&start);
     let lines: Vec<&str> = start.resume.iter().map(String::as_str).collect();
     let journal = turn::rebuild(&lines)?;
-    let mut agent = Agent::resume(&client, &link, config, start.system_prompt.clone(), journal);
+    let mut agent = Agent::resume(&client, link, config, start.system_prompt.clone(), journal);
     loop {
         match link.next_control().await {
             Control::UserPrompt(text) => {
