@@ -285,8 +285,26 @@ pub struct PrunedEvent {
     pub from_time: String,
     /// End time of the last pruned session.
     pub to_time: String,
-    /// The retention in force when it pruned.
+    /// The retention in force when it pruned (none for an archive).
     pub retention: Retention,
+    /// Where the lines went when they were archived, not dropped (`archive.rs`): this record
+    /// then vouches for the archive's bytes, and verify checks every line in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveRef>,
+}
+
+/// The archive a `pruned` record names: `journal.a<seq>.z` of its lane, and what it decodes to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiveRef {
+    /// The archive's sequence number in its lane (its file name).
+    pub seq: u64,
+    /// Length of the decoded lines.
+    pub bytes: u64,
+    /// Number of decoded lines.
+    pub lines: u64,
+    /// SHA-256 (hex) of the decoded lines.
+    pub sha256: String,
 }
 
 /// The event of a seal line.

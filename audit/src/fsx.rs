@@ -212,6 +212,27 @@ pub(crate) fn read_private(path: &Path, uid: u32) -> Result<Option<Vec<u8>>, Aud
     Ok(Some(data))
 }
 
+/// Creates `tmp` afresh (0600, not following links, owned by `uid`), open to read and append,
+/// for a file that is then renamed into place: one left by a crash during an earlier rewrite
+/// is removed first (a link there is removed, not followed).
+pub(crate) fn create_temp(tmp: &Path, uid: u32) -> Result<File, AuditError> {
+    if std::fs::symlink_metadata(tmp).is_ok() {
+        std::fs::remove_file(tmp).map_err(|e| AuditError::io(tmp, e))?;
+    }
+    let out = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(tmp)
+        .map_err(|e| AuditError::io(tmp, e))?;
+    out.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))
+        .map_err(|e| AuditError::io(tmp, e))?;
+    check_open_file(&out, tmp, uid)?;
+    Ok(out)
+}
+
 pub(crate) fn fsync_dir(dir: &Path) -> Result<(), AuditError> {
     let d = File::open(dir).map_err(|e| AuditError::io(dir, e))?;
     d.sync_all().map_err(|e| AuditError::io(dir, e))

@@ -359,6 +359,7 @@ impl Drop for LockedLane {
 /// lane order within a second).
 pub(crate) fn session_ids(project_dir: &Path) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for lane in 0..MAX_LANES {
         let path = project_dir.join(journal_file_name(lane));
         let Ok(Some(data)) = read_plain(&path) else {
@@ -367,9 +368,11 @@ pub(crate) fn session_ids(project_dir: &Path) -> Vec<String> {
             }
             continue;
         };
-        for seg in segments(&data) {
-            if !seg.session.is_empty() && !out.contains(&seg.session) {
-                out.push(seg.session);
+        for (_, data) in crate::archive::lane_files(project_dir, lane, (path, data)) {
+            for seg in segments(&data) {
+                if !seg.session.is_empty() && seen.insert(seg.session.clone()) {
+                    out.push(seg.session);
+                }
             }
         }
     }
@@ -377,7 +380,7 @@ pub(crate) fn session_ids(project_dir: &Path) -> Vec<String> {
     out
 }
 
-fn read_plain(path: &Path) -> io::Result<Option<Vec<u8>>> {
+pub(crate) fn read_plain(path: &Path) -> io::Result<Option<Vec<u8>>> {
     match fsx::open_read(path) {
         Ok(mut f) => {
             let mut data = Vec::new();
@@ -403,9 +406,14 @@ pub(crate) fn find_session(
             }
             continue;
         };
-        if let Some(seg) = segments(&data).into_iter().find(|s| s.session == session) {
-            let bytes = seg.data.to_vec();
-            return Some((path, bytes, (seg.offset, seg.line)));
+        // The journal first: most sessions asked for are recent.
+        let mut files = crate::archive::lane_files(project_dir, lane, (path, data));
+        files.reverse();
+        for (path, data) in files {
+            if let Some(seg) = segments(&data).into_iter().find(|s| s.session == session) {
+                let bytes = seg.data.to_vec();
+                return Some((path, bytes, (seg.offset, seg.line)));
+            }
         }
     }
     None

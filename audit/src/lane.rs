@@ -248,9 +248,19 @@ pub(crate) fn start(
     });
     let mut fast: Option<(u64, u64)> = None; // (last_at, lines before the last line)
     let mut tail_line_time = None;
+    // A tail state or register record one archive rewrite behind the journal (its close was
+    // killed between the rewrite and their successors) names the journal as it was: where its
+    // lines went is checked before anything is reported (`archive::reached_before_rewrite`).
+    let before_rewrite = |end: u64, head: &str| {
+        journal::read_from(&lock.file, &path, 0, size).is_ok_and(|all| {
+            crate::archive::reached_before_rewrite(ctx.dir, lock.lane, &all, end, head)
+        })
+    };
     if let Some(t) = &tail {
         let ev = &t.event;
-        if ev.bytes > size {
+        if ev.bytes > size && before_rewrite(ev.bytes, &hex(&t.head)) {
+            // Stale, not cut: the whole journal is read below.
+        } else if ev.bytes > size {
             found.push(Finding::new(
                 &path,
                 Code::Truncated,
@@ -266,6 +276,7 @@ pub(crate) fn start(
                     tail_line_time = line_time(&bytes);
                     fast = Some((ev.last_at, ev.lines.saturating_sub(1)));
                 }
+                _ if before_rewrite(ev.bytes, &hex(&t.head)) => {}
                 _ => found.push(
                     Finding::new(
                         &path,
@@ -433,7 +444,14 @@ pub(crate) fn start(
         .filter(|r| r.session != ctx.session && r.lines > 0)
     {
         let rb = rec.bytes.unwrap_or(0);
-        if rb > bytes {
+        let stale = || {
+            journal::read_from(&lock.file, &path, 0, bytes).is_ok_and(|all| {
+                crate::archive::reached_before_rewrite(ctx.dir, lock.lane, &all, rb, &rec.head)
+            })
+        };
+        if rb > bytes && stale() {
+            // One archive rewrite behind the journal (see the tail state above).
+        } else if rb > bytes {
             found.push(Finding::new(
                 &path,
                 Code::Truncated,
@@ -446,7 +464,7 @@ pub(crate) fn start(
         } else {
             let ok = journal::line_ending_at(&lock.file, rb)
                 .is_some_and(|(_, b)| hex(&sha256(&b)) == rec.head);
-            if !ok {
+            if !ok && !stale() {
                 found.push(Finding::new(
                     &path,
                     Code::RootMismatch,

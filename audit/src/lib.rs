@@ -114,6 +114,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod archive;
 pub mod checkpoint;
 mod error;
 pub mod events;
@@ -259,7 +260,7 @@ pub fn fuzz_seed(events: usize, per_epoch: usize, close: bool) -> Vec<u8> {
 }
 
 /// Runs every parser of this crate on arbitrary bytes: as a session file, a checkpoint note, a
-/// witness request and a strict JSON value. Used by `fuzz/fuzz_targets/audit_verify.rs` and by
+/// witness request, a strict JSON value and a journal archive. Used by `fuzz/fuzz_targets/audit_verify.rs` and by
 /// the corpus replay test; it must never panic.
 #[doc(hidden)]
 pub fn exercise(data: &[u8]) {
@@ -290,4 +291,18 @@ pub fn exercise(data: &[u8]) {
     }
     let _ = json::check(data);
     let _ = redact::redact_str(&String::from_utf8_lossy(data));
+    // The same bytes as a journal archive (and as the compressed body behind its magic): what
+    // decodes must encode back to the same lines.
+    for file in [data.to_vec(), [archive::MAGIC, data].concat()] {
+        if let Ok(lines) = archive::decode(&file, 1 << 20) {
+            let again = archive::decode(&archive::encode(&lines), lines.len() as u64);
+            assert_eq!(again.as_deref(), Ok(&lines[..]), "an archive's round trip");
+        }
+    }
+}
+
+/// A journal archive's bytes for these complete lines (`archive.rs`), for the fuzz seeds.
+#[doc(hidden)]
+pub fn archive_encode(lines: &[u8]) -> Vec<u8> {
+    archive::encode(lines)
 }

@@ -12,19 +12,29 @@
 //! The new journal is written to a temporary file that is locked before it gets the journal's
 //! name (so no other writer can take the lane in between), synced, and renamed over the old one.
 
-use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use crate::error::AuditError;
-use crate::events::{head_hex, Attest, AttestState, PrunedEvent, Retention, KIND_PRUNED};
+use crate::events::{
+    head_hex, ArchiveRef, Attest, AttestState, PrunedEvent, Retention, KIND_PRUNED,
+};
 use crate::fsx;
 use crate::journal::{self, segments};
 use crate::keys::MacKey;
 use crate::layout::split_lines;
 use crate::line::{self, NewLine};
 use crate::util::{format_time, now_ms, parse_time, sha256};
+
+/// What a rewrite of the lane does with the sessions it takes out of the journal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Mode {
+    /// Retention: the due sessions are dropped, once at least a batch of them is due. Archives
+    /// of the lane (all older than what is dropped) go with them.
+    Prune(Retention),
+    /// Every session before the closing one is moved into a new archive (`archive.rs`).
+    Archive,
+}
 
 /// What the writer gives.
 pub(crate) struct PruneArgs<'a> {
@@ -34,7 +44,7 @@ pub(crate) struct PruneArgs<'a> {
     pub file: &'a std::fs::File,
     pub uid: u32,
     pub fsync: bool,
-    pub retention: Retention,
+    pub mode: Mode,
     pub batch: u64,
     pub by: &'a str,
     pub key_id: &'a str,
@@ -57,10 +67,15 @@ fn line_kind_time(bytes: &[u8]) -> Option<(String, u64)> {
     Some((h.kind.to_string(), parse_time(h.time)?))
 }
 
-/// Prunes the lane if enough sessions are due. `None`: nothing done.
+/// Prunes the lane if enough sessions are due, or archives every session before the closing
+/// one. `None`: nothing done.
 pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditError> {
-    let r = a.retention;
-    if r.days.is_none() && r.sessions.is_none() {
+    let r = match a.mode {
+        Mode::Prune(r) => r,
+        Mode::Archive => Retention::default(),
+    };
+    let archiving = matches!(a.mode, Mode::Archive);
+    if !archiving && r.days.is_none() && r.sessions.is_none() {
         return Ok(None);
     }
     let size = a
@@ -98,6 +113,10 @@ pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditErr
         .map(|d| now_ms().saturating_sub(d.saturating_mul(86_400_000)));
     let mut due = 0usize;
     for (i, s) in sessions.iter().take(n).enumerate() {
+        if archiving {
+            due = n;
+            break;
+        }
         if r.sessions.is_some() && i + keep_newest >= n {
             break;
         }
@@ -113,7 +132,7 @@ pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditErr
         }
         due = i + 1;
     }
-    if (due as u64) < a.batch || due == 0 {
+    if (!archiving && (due as u64) < a.batch) || due == 0 {
         return Ok(None);
     }
     let last = sessions[due - 1];
@@ -165,6 +184,21 @@ pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditErr
             format_time(first_time),
         ),
     };
+    let archive = if archiving {
+        let seq = earlier
+            .as_ref()
+            .and_then(|e| e.archive.as_ref())
+            .map_or(0, |x| x.seq + 1);
+        crate::archive::write(a.dir, a.lane, seq, pruned_part, a.uid, a.fsync)?;
+        Some(ArchiveRef {
+            seq,
+            bytes: pruned_part.len() as u64,
+            lines: pruned_lines,
+            sha256: head_hex(&sha256(pruned_part)),
+        })
+    } else {
+        None
+    };
     let ev = PrunedEvent {
         by: a.by.to_string(),
         key_id: a.key_id.to_string(),
@@ -185,6 +219,7 @@ pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditErr
         from_time,
         to_time: format_time(to_time),
         retention: r,
+        archive,
     };
     let mut record = Vec::new();
     line::build(
@@ -207,21 +242,8 @@ pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditErr
     let tmp = a
         .dir
         .join(format!(".{}.prune.tmp", journal::journal_file_name(a.lane)));
-    if std::fs::symlink_metadata(&tmp).is_ok() {
-        // Left by a crash during an earlier prune: ours to replace (a link is not followed).
-        std::fs::remove_file(&tmp).map_err(|e| AuditError::io(&tmp, e))?;
-    }
-    let mut out = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create_new(true)
-        .mode(fsx::FILE_MODE)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .map_err(|e| AuditError::io(&tmp, e))?;
-    out.set_permissions(std::fs::Permissions::from_mode(fsx::FILE_MODE))
-        .map_err(|e| AuditError::io(&tmp, e))?;
-    fsx::check_open_file(&out, &tmp, a.uid)?;
+    // One left by a crash during an earlier prune is replaced.
+    let mut out = fsx::create_temp(&tmp, a.uid)?;
     // Locked before it has the journal's name: no other writer can take the lane meanwhile.
     out.lock().map_err(|e| AuditError::io(&tmp, e))?;
     let mut all = Vec::with_capacity(record.len() + kept.len());
@@ -235,6 +257,12 @@ pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditErr
     if a.fsync {
         fsx::fsync_dir(a.dir)?;
     }
+    if !archiving {
+        // The lane's archives held sessions older than those pruned now: no record names
+        // them any more. A file left behind (an error here) is named by nothing and verify
+        // only checks its mode.
+        remove_archives(a.dir, a.lane);
+    }
     let (lines, _) = split_lines(&all);
     Ok(Some(Pruned {
         file: out,
@@ -243,4 +271,21 @@ pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditErr
         last_at: lines.last().map_or(0, |(o, _)| *o),
         sessions: (sessions.len() - due) as u64,
     }))
+}
+
+/// Removes every archive file of `lane` in `dir` (after a prune made them unnamed).
+fn remove_archives(dir: &Path, lane: u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let is_ours = name
+            .to_str()
+            .and_then(crate::archive::parse_archive_name)
+            .is_some_and(|(l, _)| l == lane);
+        if is_ours {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }

@@ -206,19 +206,23 @@ pub fn show_each(
             }
             Err(e) => return Err(AuditError::io(&path, e)),
         };
-        for seg in crate::journal::segments(&data) {
-            // Lines before the first session (a retention record, or damage) are verify's.
-            if seg.session.is_empty() || !layout::valid_session_id(&seg.session) {
-                continue;
+        // The lane's archives first (oldest first), then its journal.
+        for (path, data) in crate::archive::lane_files(project_dir, lane, (path, data)) {
+            for seg in crate::journal::segments(&data) {
+                // Lines before the first session (a retention or archive record, or damage)
+                // are verify's.
+                if seg.session.is_empty() || !layout::valid_session_id(&seg.session) {
+                    continue;
+                }
+                each(shown_of(
+                    &path,
+                    &project,
+                    &seg.session,
+                    seg.data,
+                    (seg.offset, seg.line),
+                    keys,
+                ));
             }
-            each(shown_of(
-                &path,
-                &project,
-                &seg.session,
-                seg.data,
-                (seg.offset, seg.line),
-                keys,
-            ));
         }
     }
     Ok(())

@@ -884,9 +884,15 @@ fn claimed_key_ids(root: &Path) -> ClaimedKeys {
             let Ok(file) = fsx::open_read(&f.path()) else {
                 continue;
             };
-            if matches!(journal::parse_lane_file(&name), Some((_, "jsonl"))) {
+            let archived = crate::archive::parse_archive_name(&name).is_some();
+            if archived || matches!(journal::parse_lane_file(&name), Some((_, "jsonl"))) {
                 let mut data = Vec::new();
-                if std::io::Read::read_to_end(&mut &file, &mut data).is_ok() {
+                let read = std::io::Read::read_to_end(&mut &file, &mut data).is_ok();
+                if archived {
+                    data = crate::archive::decode(&data, crate::archive::MAX_UNCHECKED_BYTES)
+                        .unwrap_or_default();
+                }
+                if read {
                     for seg in journal::segments(&data) {
                         let first = seg.data.split(|&c| c == b'\n').next().unwrap_or(b"");
                         if let Some(k) = key_of(first) {
@@ -1367,6 +1373,12 @@ fn verify_project(
                 }
                 if journal::is_journal_name(&name) {
                     check_meta(&e.path(), false, uid, findings);
+                    if crate::archive::parse_archive_name(&name).is_some() {
+                        // Read where its journal names it (`archive_chain`); one named by
+                        // nothing (a crash before its journal named it, or a prune's leftover)
+                        // holds nothing verify relies on.
+                        continue;
+                    }
                     match journal::parse_lane_file(&name) {
                         Some((lane, "jsonl")) => {
                             lanes.insert(lane);
@@ -2427,8 +2439,17 @@ struct LaneInfo {
     line_hashes: Vec<Hash>,
     /// The sessions in journal order.
     sessions: Vec<String>,
-    /// The authentic retention record at the journal's first line.
+    /// The authentic retention record at the first line of the lane's oldest file (the
+    /// journal, or its oldest archive): what retention dropped for good.
     pruned: Option<crate::events::PrunedEvent>,
+    /// Where an archive ends: the session after it, and the archive's last session's end as
+    /// its record names it.
+    boundaries: Vec<(String, Attest)>,
+    /// Archives read (each one checked against its record).
+    archives: u64,
+    /// The line hashes of each archive, newest first (the journal's first line names the
+    /// first): to place a record written before an archive rewrite (`lane_reaches`).
+    archive_hashes: Vec<Vec<Hash>>,
     /// Latest time of an authentic line.
     max_time: Option<u64>,
     /// The tail state and the checkpoint, read before the journal: a session that closes
@@ -2446,9 +2467,103 @@ impl LaneInfo {
     }
 }
 
-/// Reads a lane's journal: one [`SessionState`] per session (scanned like a session file, its
-/// findings moved to their place in the journal), and the retention record if the first line
-/// is one.
+/// Most archives verify follows from one journal (a bound on the work a forged chain can ask
+/// for: each archive holds at least one session).
+const MAX_ARCHIVES: usize = 1 << 20;
+
+/// The lane's archives, newest first, as the journal's first line and then each archive's
+/// first line name them (`archive.rs`): only records whose MAC checks are followed, and each
+/// archive is believed only if it decodes to exactly the length, line count, SHA-256 and last
+/// line its record names. A missing or different archive is a finding and ends the chain.
+fn archive_chain(
+    dir: &Path,
+    dir_name: &str,
+    lane: u64,
+    journal_path: &Path,
+    journal: &[u8],
+    opts: &VerifyOptions,
+    findings: &mut Vec<Finding>,
+) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut chain: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    let mut named_at = journal_path.to_path_buf();
+    loop {
+        let first_of = |data: &[u8]| data.split(|&c| c == b'\n').next().map(<[u8]>::to_vec);
+        let first = match chain.last() {
+            Some((_, data)) => first_of(data),
+            None => first_of(journal),
+        }
+        .unwrap_or_default();
+        // A record that does not check is reported where its file is read (`read_lane_file`).
+        let Ok(Some((p, _))) = read_pruned(&first, dir_name, &opts.keys) else {
+            break;
+        };
+        let Some(a) = p.archive else {
+            break;
+        };
+        if chain.len() >= MAX_ARCHIVES {
+            break;
+        }
+        let path = dir.join(crate::archive::archive_file_name(lane, a.seq));
+        let raw = match read_nofollow(&path, findings) {
+            Some(Some(raw)) => raw,
+            Some(None) => {
+                findings.push(
+                    Finding::new(
+                        &named_at,
+                        Code::FileMissing,
+                        Severity::Error,
+                        format!(
+                            "this line names archive {} ({} lines of sessions up to {}), which is gone",
+                            path.display(),
+                            a.lines,
+                            p.last.session
+                        ),
+                    )
+                    .at(Some(0), 1),
+                );
+                break;
+            }
+            None => break,
+        };
+        let checked = crate::archive::decode(&raw, a.bytes).and_then(|data| {
+            let (lines, torn) = split_lines(&data);
+            let last = lines.last().map(|(_, l)| sha256(l));
+            if data.len() as u64 != a.bytes || hex(&sha256(&data)) != a.sha256 {
+                Err("its lines differ from what the record names (length or SHA-256)".into())
+            } else if lines.len() as u64 != a.lines || torn.is_some() {
+                Err("its line count differs from the record's".into())
+            } else if last != p.last.head_hash() {
+                Err("its last line is not the head the record names".into())
+            } else {
+                Ok(data)
+            }
+        });
+        match checked {
+            Ok(data) => {
+                named_at = path.clone();
+                chain.push((path, data));
+            }
+            Err(why) => {
+                findings.push(Finding::new(
+                    &path,
+                    Code::RootMismatch,
+                    Severity::Error,
+                    format!(
+                        "not the archive {} names: {why}; archived sessions were rewritten or replaced",
+                        named_at.display()
+                    ),
+                ));
+                break;
+            }
+        }
+    }
+    chain
+}
+
+/// Reads a lane's journal, and first the archives it names, oldest first: one
+/// [`SessionState`] per session (scanned like a session file, its findings moved to their
+/// place in its file; an archive's places are in its decoded lines), the innermost retention
+/// record, and where an archive ends.
 fn read_lane(
     dir: &Path,
     dir_name: &str,
@@ -2473,7 +2588,6 @@ fn read_lane(
         let _ = f.unlock();
         busy
     });
-    let segs = journal::segments(&data);
     let mut info = LaneInfo {
         lane,
         path: path.clone(),
@@ -2481,10 +2595,44 @@ fn read_lane(
         line_hashes: Vec::new(),
         sessions: Vec::new(),
         pruned: None,
+        boundaries: Vec::new(),
+        archives: 0,
+        archive_hashes: Vec::new(),
         max_time: None,
         tail,
         ckpt,
     };
+    let chain = archive_chain(dir, dir_name, lane, &path, &data, opts, findings);
+    info.archives = chain.len() as u64;
+    info.archive_hashes = chain
+        .iter()
+        .map(|(_, data)| split_lines(data).0.iter().map(|(_, l)| sha256(l)).collect())
+        .collect();
+    for (archive, bytes) in chain.iter().rev() {
+        read_lane_file(
+            archive, bytes, false, false, dir_name, opts, &mut info, states, findings,
+        );
+    }
+    read_lane_file(
+        &path, &data, true, live, dir_name, opts, &mut info, states, findings,
+    );
+    Some(info)
+}
+
+/// One file of a lane: the journal (`journal`; `live` when a writer holds it) or an archive.
+#[allow(clippy::too_many_arguments)]
+fn read_lane_file(
+    path: &Path,
+    data: &[u8],
+    journal: bool,
+    live: bool,
+    dir_name: &str,
+    opts: &VerifyOptions,
+    info: &mut LaneInfo,
+    states: &mut Vec<SessionState>,
+    findings: &mut Vec<Finding>,
+) {
+    let segs = journal::segments(data);
     let n = segs.len();
     for (k, seg) in segs.iter().enumerate() {
         if seg.session.is_empty()
@@ -2492,12 +2640,14 @@ fn read_lane(
             || states.iter().any(|s| s.id == seg.session)
         {
             let (lines, _) = split_lines(seg.data);
-            info.line_hashes
-                .extend(lines.iter().map(|(_, l)| sha256(l)));
+            if journal {
+                info.line_hashes
+                    .extend(lines.iter().map(|(_, l)| sha256(l)));
+            }
             if !seg.session.is_empty() {
                 findings.push(
                     Finding::new(
-                        &path,
+                        path,
                         Code::Malformed,
                         Severity::Error,
                         format!(
@@ -2510,26 +2660,31 @@ fn read_lane(
                 continue;
             }
             let first = lines.first().map_or(&b""[..], |(_, l)| *l);
+            let mut record = false;
             match (k, read_pruned(first, dir_name, &opts.keys)) {
                 (0, Ok(Some((p, t)))) => {
                     info.max_time = info.max_time.max(t);
-                    info.pruned = Some(p);
+                    record = true;
+                    if p.archive.is_some() {
+                        // The first session after it must name the archive's last exactly.
+                        if let Some(next) = segs.get(1) {
+                            info.boundaries.push((next.session.clone(), p.last.clone()));
+                        }
+                    } else {
+                        info.pruned = Some(p);
+                    }
                 }
                 (0, Ok(None)) => {}
                 (0, Err((code, sev, msg))) => {
-                    findings.push(Finding::new(&path, code, sev, msg).at(Some(0), 1));
+                    findings.push(Finding::new(path, code, sev, msg).at(Some(0), 1));
                 }
                 _ => {}
             }
-            let extra = if k == 0 && info.pruned.is_some() {
-                1
-            } else {
-                0
-            };
+            let extra = usize::from(k == 0 && record);
             if lines.len() > extra || (lines.is_empty() && !seg.data.is_empty()) {
                 findings.push(
                     Finding::new(
-                        &path,
+                        path,
                         Code::Malformed,
                         Severity::Error,
                         "lines before the journal's first session_start",
@@ -2542,7 +2697,7 @@ fn read_lane(
         let id = seg.session.clone();
         let mut st = SessionState {
             id: id.clone(),
-            path: path.clone(),
+            path: path.to_path_buf(),
             exists: true,
             live: live && k + 1 == n,
             scan: None,
@@ -2552,23 +2707,23 @@ fn read_lane(
             witnessed: None,
             base_off: seg.offset,
             base_line: seg.line,
-            lane: Some(lane),
+            lane: Some(info.lane),
         };
         let mut scan = match pick_key(dir_name, &id, seg.data, &opts.keys, None) {
             Ok(key) => {
                 st.key_id = key.map(InstallSecret::key_id);
-                scan_session(&path, Some(dir_name), &id, seg.data, key, false)
+                scan_session(path, Some(dir_name), &id, seg.data, key, false)
             }
             Err(()) => {
                 findings.push(
                     Finding::new(
-                        &path,
+                        path,
                         Code::KeyUnknown,
                         Severity::Undecidable,
                         format!("none of the given keys is session {id}'s (verify it with --key and the exported key)"),
                     ),
                 );
-                scan_session(&path, Some(dir_name), &id, seg.data, None, false)
+                scan_session(path, Some(dir_name), &id, seg.data, None, false)
             }
         };
         let cut_start = |at: u64| {
@@ -2579,7 +2734,7 @@ fn read_lane(
         };
         if let Some((i, _)) = scan
             .after_final_seal
-            .filter(|(_, at)| k + 1 == n && cut_start(*at))
+            .filter(|(_, at)| journal && k + 1 == n && cut_start(*at))
         {
             // The journal's last session is closed and the start of a session's first line
             // follows its seal with no newline: the next session's first line, cut by a crash
@@ -2598,13 +2753,14 @@ fn read_lane(
             f.line = f.line.map(|l| l + seg.line);
             findings.push(f);
         }
-        info.line_hashes.extend_from_slice(&scan.line_hashes);
+        if journal {
+            info.line_hashes.extend_from_slice(&scan.line_hashes);
+        }
         info.max_time = info.max_time.max(scan.last_time_ms);
         st.scan = Some(scan);
         info.sessions.push(id);
         states.push(st);
     }
-    Some(info)
 }
 
 type Problem3 = (Code, Severity, String);
@@ -2708,6 +2864,30 @@ fn journal_reaches(
     })
 }
 
+/// [`journal_reaches`] for a lane with archives: a record that does not match the journal may
+/// name it as it was before one of its latest archive rewrites (a close killed between the
+/// rewrite and the records that follow it): the archive's lines, then the journal's after its
+/// record. Only a record that matches none of them is a finding.
+fn lane_reaches(info: &LaneInfo, lines: u64, head: &str, who: &str) -> Option<Finding> {
+    let finding = journal_reaches(&info.path, &info.line_hashes, lines, head, who)?;
+    let mut cur = info.line_hashes.clone();
+    for archived in info
+        .archive_hashes
+        .iter()
+        .take(crate::archive::STALE_REWRITES)
+    {
+        let Some(after_record) = cur.get(1..) else {
+            break;
+        };
+        let mut before = archived.clone();
+        before.extend_from_slice(after_record);
+        // Reached as the journal was before this rewrite: no finding.
+        journal_reaches(&info.path, &before, lines, head, who)?;
+        cur = before;
+    }
+    Some(finding)
+}
+
 /// The lane checks that need every session of the project read (see [`verify_project`]);
 /// returns the tail states' statements about their sessions' ends.
 #[allow(clippy::too_many_arguments)]
@@ -2738,7 +2918,7 @@ fn check_lanes(
             };
             if let Some(start) = start_of(id) {
                 let named = start.prev_session.as_ref();
-                let bad = match (&before, named) {
+                let mut bad = match (&before, named) {
                     (Some(b), Some(n)) => {
                         b.session != n.session
                             || (info.pruned.is_some()
@@ -2750,10 +2930,17 @@ fn check_lanes(
                     // had the old layout) the last old session.
                     (None, _) => false,
                 };
+                // The first session after an archive names the archive's last session exactly
+                // as the archive's record does.
+                if let Some((_, want)) = info.boundaries.iter().find(|(s, _)| s == id) {
+                    bad |= named.is_none_or(|n| {
+                        n.session != want.session || n.lines != want.lines || n.head != want.head
+                    });
+                }
                 if bad {
                     findings.push(
                         Finding::new(
-                            path,
+                            &st.path,
                             Code::PrevMismatch,
                             Severity::Error,
                             format!(
@@ -2806,9 +2993,8 @@ fn check_lanes(
                 if layout::valid_session_id(&ev.session)
                     && t.mac_ok(&k.index_key(dir_name, &ev.session))
                 {
-                    findings.extend(journal_reaches(
-                        path,
-                        &info.line_hashes,
+                    findings.extend(lane_reaches(
+                        info,
                         ev.lines,
                         &hex(&t.head),
                         &format!(
@@ -2851,9 +3037,8 @@ fn check_lanes(
                 // A close record (a "creating project" record has no lines).
                 closed_after_ckpt.insert(rec.session.clone());
             }
-            findings.extend(journal_reaches(
-                path,
-                &info.line_hashes,
+            findings.extend(lane_reaches(
+                info,
                 rec.index_lines,
                 &rec.index_head,
                 &format!("the register (after session {})", rec.session),

@@ -36,6 +36,8 @@ pub const DEFAULT_EPOCH_MAX_LINES: u64 = 256;
 pub const DEFAULT_EPOCH_MAX_AGE: Duration = Duration::from_secs(60);
 /// Default number of due sessions that triggers a prune.
 pub const DEFAULT_PRUNE_BATCH: u64 = 64;
+/// Default journal length past which a closing session archives the sessions before it.
+pub const DEFAULT_ARCHIVE_AT_BYTES: u64 = 512 * 1024;
 
 /// Where and how a session is recorded.
 #[derive(Debug, Clone)]
@@ -64,6 +66,15 @@ pub struct AuditConfig {
     /// Prune only once at least this many sessions of the lane are due (at least 1): each prune
     /// rewrites the lane's journal, so it is done in batches.
     pub prune_batch: u64,
+    /// Once a lane's journal is at least this long, the closing session moves the sessions
+    /// before its own into a compressed archive that the journal's first line names
+    /// (`archive.rs`; docs/audit.md, "Archives"). `None`: never. Not done while `retention` is
+    /// set: the journal then keeps its sessions for retention to count.
+    pub archive_at_bytes: Option<u64>,
+    /// Stop a close right after it rewrote the lane (archive or prune), before the register
+    /// record and the tail state that follow: what a close killed there leaves. Tests only.
+    #[doc(hidden)]
+    pub stop_after_rewrite: bool,
     /// Write the old layout (an index and a file per session). Only to build old-layout logs
     /// in tests of the migration; `garuda` never sets it.
     #[doc(hidden)]
@@ -85,6 +96,8 @@ impl AuditConfig {
             fsync: true,
             retention: None,
             prune_batch: DEFAULT_PRUNE_BATCH,
+            archive_at_bytes: Some(DEFAULT_ARCHIVE_AT_BYTES),
+            stop_after_rewrite: false,
             legacy_layout: false,
         }
     }
@@ -154,6 +167,8 @@ struct JournalState {
     ckpt_existed: bool,
     retention: Option<Retention>,
     prune_batch: u64,
+    archive_at_bytes: Option<u64>,
+    stop_after_rewrite: bool,
     /// Sessions in the journal before this one; closes since retention last looked.
     sessions: u64,
     unchecked: u64,
@@ -377,6 +392,8 @@ impl SessionWriter {
                 ckpt_existed: st.ckpt_exists,
                 retention: cfg.retention,
                 prune_batch: cfg.prune_batch,
+                archive_at_bytes: cfg.archive_at_bytes,
+                stop_after_rewrite: cfg.stop_after_rewrite,
                 sessions: st.sessions,
                 unchecked: st.unchecked,
             }),
@@ -713,7 +730,16 @@ impl SessionWriter {
                 let by_age = r.days.is_none() || j.unchecked >= j.prune_batch;
                 by_count && by_age
             });
-            if let Some(retention) = j.retention.filter(|_| look) {
+            // Without retention, a long journal is archived instead (the same rewrite, its
+            // older sessions kept in a compressed file).
+            let archive =
+                j.retention.is_none() && j.archive_at_bytes.is_some_and(|at| j.bytes >= at);
+            let mode = match j.retention {
+                Some(retention) if look => Some(crate::retention::Mode::Prune(retention)),
+                None if archive => Some(crate::retention::Mode::Archive),
+                _ => None,
+            };
+            if let Some(mode) = mode {
                 j.unchecked = 0;
                 let args = crate::retention::PruneArgs {
                     dir: &self.dir,
@@ -722,7 +748,7 @@ impl SessionWriter {
                     file: &j.lock.file,
                     uid: self.uid,
                     fsync: self.fsync,
-                    retention,
+                    mode,
                     batch: j.prune_batch,
                     by: &self.id,
                     key_id: &self.key_id,
@@ -739,6 +765,13 @@ impl SessionWriter {
                     j.last_at = p.last_at;
                     j.sessions = p.sessions;
                     pruned = true;
+                    if j.stop_after_rewrite {
+                        return Err(AuditError::Format {
+                            path: self.path.clone(),
+                            reason: "stopped right after the lane's rewrite (a test's crash)"
+                                .into(),
+                        });
+                    }
                 }
             }
         }

@@ -33,6 +33,8 @@ fn config(base: &Path, fsync: bool) -> AuditConfig {
     cfg.epoch_max_age = Duration::from_millis(7);
     cfg.witness = Some(WitnessConfig::Dir(base.join("witness")));
     cfg.fsync = fsync;
+    // Archives every few sessions, so that kills also land inside an archive's rewrite.
+    cfg.archive_at_bytes = Some(16 * 1024);
     cfg
 }
 

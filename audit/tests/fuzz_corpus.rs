@@ -110,6 +110,10 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("seed-duplicate-key", dup),
         ("seed-reserialised", reser),
         ("seed-deep-json", deep),
+        (
+            "seed-archive",
+            garuda_audit::archive_encode(&fuzz_seed(6, 3, true)),
+        ),
         ("seed-checkpoint-note", note.into_bytes()),
         ("seed-witness-add", request),
         (

@@ -1,5 +1,5 @@
 //! Feeds arbitrary bytes to the audit log verifier as a session file (and to the checkpoint
-//! note, witness request and strict JSON parsers) through `garuda_audit::exercise`; it must
+//! note, witness request, strict JSON and journal archive parsers) through `garuda_audit::exercise`; it must
 //! never panic. Its seed corpus in `corpus/audit_verify` (valid sessions under the public fuzz
 //! key, so the fuzzer reaches the code behind a good MAC) is also replayed by
 //! `audit/tests/fuzz_corpus.rs`.
