@@ -17,11 +17,15 @@
 //! journal.a0.z       the first archive: sessions from the journal's start (or from a true prune)
 //! ```
 //!
-//! The file format (`journal.a<seq>.z`, `journal.<lane>.a<seq>.z`): the magic [`MAGIC`], then a
-//! raw DEFLATE stream of the archived lines, each prefixed with one byte: `=` when the line's
-//! `prev` was the SHA-256 of the line before it and its 64 hex digits are left out (the decoder
-//! puts them back), `+` when the line is kept as it was. Hashes are what a compressor cannot
-//! shrink, and `prev` is one per line that the previous line already determines. Decoding is
+//! The register is archived the same way (`audit.register.a<seq>.z`, named by its first line:
+//! `register.rs`).
+//!
+//! The file format (`journal.a<seq>.z`, `journal.<lane>.a<seq>.z`, `audit.register.a<seq>.z`):
+//! the magic [`MAGIC`], then a raw DEFLATE stream of the archived lines, each prefixed with one
+//! byte: `=` when the 64 hex digits of the SHA-256 of the line before occur in it (its `prev`;
+//! a session start's `prev_session` head too) and each occurrence is written as the single
+//! byte `0x01` (the decoder computes them back), `+` when the line is kept as it was. Hashes are
+//! what a compressor cannot shrink, and these are determined by the line before. Decoding is
 //! bounded by the record's length; nothing in an archive is believed before its SHA-256
 //! matches the MACed record.
 
@@ -42,8 +46,10 @@ pub(crate) const MAGIC: &[u8] = b"garuda-archive-1\n";
 /// DEFLATE level: 6 is within 3 % of 9 on journals and about twice as fast.
 const LEVEL: u8 = 6;
 
-/// The header up to the 64 hex digits of `prev`, as the writer prints it.
-const PREV_FIELD: &[u8] = b",\"prev\":\"";
+/// In a `=` line, each of these bytes stands for the 64 hex digits of the SHA-256 of the line
+/// before. No line the writer prints holds one (JSON escapes control characters); a line that
+/// does is kept as it was (`+`).
+const HASH_OF_PREVIOUS: u8 = 0x01;
 
 /// Largest decoded archive accepted where no authenticated length bounds it (show, list).
 pub(crate) const MAX_UNCHECKED_BYTES: u64 = 256 << 20;
@@ -68,18 +74,6 @@ pub(crate) fn parse_archive_name(name: &str) -> Option<(u64, u64)> {
     Some((lane, seq))
 }
 
-/// The 64 hex digits of a line's `prev`, where the writer puts them: `None` for a line not in
-/// the writer's layout.
-fn prev_span(line: &[u8]) -> Option<std::ops::Range<usize>> {
-    let at = line
-        .windows(PREV_FIELD.len())
-        .position(|w| w == PREV_FIELD)?
-        + PREV_FIELD.len();
-    let hex = line.get(at..at + 64)?;
-    (line.get(at + 64) == Some(&b'"') && hex.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')))
-        .then_some(at..at + 64)
-}
-
 /// Encodes complete lines (`data` ends with a newline) as an archive file's bytes.
 pub(crate) fn encode(data: &[u8]) -> Vec<u8> {
     let (lines, _) = split_lines(data);
@@ -91,13 +85,26 @@ pub(crate) fn encode(data: &[u8]) -> Vec<u8> {
         if let Some(b) = before {
             push_hex(&mut expected, &sha256(b));
         }
-        match prev_span(l) {
-            Some(span) if before.is_some() && l[span.clone()] == expected[..] => {
+        let first = (!expected.is_empty() && !l.contains(&HASH_OF_PREVIOUS))
+            .then(|| l.windows(64).position(|w| w == &expected[..]))
+            .flatten();
+        match first {
+            Some(mut at) => {
+                // Every occurrence, left to right, each replaced by one byte.
                 plain.push(b'=');
-                plain.extend_from_slice(&l[..span.start]);
-                plain.extend_from_slice(&l[span.end..]);
+                let mut from = 0;
+                loop {
+                    plain.extend_from_slice(&l[from..at]);
+                    plain.push(HASH_OF_PREVIOUS);
+                    from = at + 64;
+                    match l[from..].windows(64).position(|w| w == &expected[..]) {
+                        Some(next) => at = from + next,
+                        None => break,
+                    }
+                }
+                plain.extend_from_slice(&l[from..]);
             }
-            _ => {
+            None => {
                 plain.push(b'+');
                 plain.extend_from_slice(l);
             }
@@ -111,20 +118,21 @@ pub(crate) fn encode(data: &[u8]) -> Vec<u8> {
 }
 
 /// Decodes an archive file's bytes to the lines it holds, refusing anything that would decode
-/// to more than `limit` bytes. The error says what is wrong, for a finding.
+/// to more than `limit` bytes (checked before each line grows the output). The error says what
+/// is wrong, for a finding.
 pub(crate) fn decode(file: &[u8], limit: u64) -> Result<Vec<u8>, String> {
     let body = file
         .strip_prefix(MAGIC)
         .ok_or("not an archive Garuda writes (its first bytes)")?;
-    // Each line of the plain form is at most one marker byte longer than the line it stands
-    // for, and at most 64 bytes shorter.
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    // The plain form is never longer than the lines plus one marker byte per line.
     let plain = miniz_oxide::inflate::decompress_to_vec_with_limit(
         body,
-        limit.saturating_add(limit / 8 + 64),
+        limit.saturating_add(limit / 2).saturating_add(64),
     )
     .map_err(|e| format!("its compressed data does not decode ({:?})", e.status))?;
-    let mut out: Vec<u8> = Vec::with_capacity(plain.len() + plain.len() / 4);
+    let too_long = || "it holds more than its record says".to_string();
+    let mut out: Vec<u8> = Vec::with_capacity(plain.len().min(limit).saturating_mul(2).min(limit));
     let mut before: Option<std::ops::Range<usize>> = None;
     let mut rest = &plain[..];
     while !rest.is_empty() {
@@ -132,31 +140,42 @@ pub(crate) fn decode(file: &[u8], limit: u64) -> Result<Vec<u8>, String> {
             .iter()
             .position(|&c| c == b'\n')
             .ok_or("its last line has no end")?;
-        let (marker, l) = (rest[0], &rest[1..end]);
+        let Some((&marker, l)) = rest[..end].split_first() else {
+            return Err("a line has no marker".into());
+        };
         let start = out.len();
         match marker {
-            b'+' => out.extend_from_slice(l),
+            b'+' => {
+                if start + l.len() + 1 > limit {
+                    return Err(too_long());
+                }
+                out.extend_from_slice(l);
+            }
             b'=' => {
                 let b = before
                     .clone()
                     .ok_or("its first line names no line before it")?;
-                let at = l
-                    .windows(PREV_FIELD.len())
-                    .position(|w| w == PREV_FIELD)
-                    .ok_or("a line left its prev out but has no prev field")?
-                    + PREV_FIELD.len();
-                let hash = sha256(&out[b]);
-                out.extend_from_slice(&l[..at]);
-                push_hex(&mut out, &hash);
-                out.extend_from_slice(&l[at..]);
+                let hashes = l.iter().filter(|&&c| c == HASH_OF_PREVIOUS).count();
+                if hashes == 0 {
+                    return Err("a line said to name the line before it does not".into());
+                }
+                if start + l.len() + hashes * 63 + 1 > limit {
+                    return Err(too_long());
+                }
+                let mut hex = Vec::with_capacity(64);
+                push_hex(&mut hex, &sha256(&out[b]));
+                for &c in l {
+                    if c == HASH_OF_PREVIOUS {
+                        out.extend_from_slice(&hex);
+                    } else {
+                        out.push(c);
+                    }
+                }
             }
             _ => return Err("a line has no marker".into()),
         }
         before = Some(start..out.len());
         out.push(b'\n');
-        if out.len() as u64 > limit as u64 {
-            return Err("it holds more than its record says".into());
-        }
         rest = &rest[end + 1..];
     }
     Ok(out)
@@ -173,8 +192,28 @@ pub(crate) fn write(
     uid: u32,
     fsync: bool,
 ) -> Result<PathBuf, AuditError> {
-    let name = archive_file_name(lane, seq);
-    let path = dir.join(&name);
+    write_named(dir, &archive_file_name(lane, seq), data, uid, fsync)
+}
+
+/// The register's archive `seq`: `audit.register.a<seq>.z` next to `audit.register.jsonl`.
+pub(crate) fn register_archive_path(register: &Path, seq: u64) -> PathBuf {
+    let name = register.file_name().map_or_else(
+        || "audit.register.jsonl".into(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let stem = name.strip_suffix(".jsonl").unwrap_or(&name);
+    register.with_file_name(format!("{stem}.a{seq}.z"))
+}
+
+/// [`write`] under any name in `dir`.
+pub(crate) fn write_named(
+    dir: &Path,
+    name: &str,
+    data: &[u8],
+    uid: u32,
+    fsync: bool,
+) -> Result<PathBuf, AuditError> {
+    let path = dir.join(name);
     let tmp = dir.join(format!(".{name}.tmp"));
     // One left by a crash during an earlier archive is replaced.
     let mut out = fsx::create_temp(&tmp, uid)?;
@@ -337,6 +376,11 @@ mod tests {
             before = l;
         }
         data.extend_from_slice(b"a line in no layout at all\n");
+        // A line that holds the byte standing for a hash is kept as it was.
+        let mut odd = line(b"a line in no layout at all", 99);
+        odd.push(HASH_OF_PREVIOUS);
+        data.extend_from_slice(&odd);
+        data.push(b'\n');
         let file = encode(&data);
         assert!(
             file.len() < data.len() / 3,
@@ -353,5 +397,8 @@ mod tests {
         flipped[mid] ^= 1;
         assert_ne!(decode(&flipped, data.len() as u64).ok(), Some(data.clone()));
         assert!(decode(&file[1..], data.len() as u64).is_err());
+        // A line with no marker at all (the fuzzer's first find: it panicked).
+        let empty_line = [MAGIC, &miniz_oxide::deflate::compress_to_vec(b"\n", 6)].concat();
+        assert!(decode(&empty_line, 100).is_err());
     }
 }

@@ -293,6 +293,31 @@ pub struct PrunedEvent {
     pub archive: Option<ArchiveRef>,
 }
 
+/// Type of the register's first line once its older lines are archived.
+pub const KIND_REGISTER_ARCHIVE: &str = "register_archive";
+
+/// The first line of a register whose older lines were moved into an archive
+/// (`audit.register.a<seq>.z`, `archive.rs`): not a line of the register's chain (its `prev` is
+/// the last archived line's hash, which the next line also names), MACed under the register
+/// key of the session that archived (`by`, in `project`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterArchiveEvent {
+    /// The session that archived.
+    pub by: String,
+    /// Its project's audit folder name.
+    pub project: String,
+    /// Hex id of its install secret.
+    pub key_id: String,
+    /// Register lines before this record, archives included: the next line's `seq`.
+    pub lines: u64,
+    /// The archive: the register as it was, this record's predecessor included.
+    pub archive: ArchiveRef,
+    /// The last record of every project lane then, so that a writer that must read the
+    /// register (no tail state it can believe) still knows them.
+    pub records: Vec<LaneRecord>,
+}
+
 /// The archive a `pruned` record names: `journal.a<seq>.z` of its lane, and what it decodes to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -73,21 +73,27 @@ pub(crate) struct UnknownLine {
 /// current secret) lines under other keys still continue the chain and are listed in
 /// `unknown`, but nothing they claim (times, records) is taken: anyone can write a line under a
 /// made-up key id.
+/// `base`: where the chain starts when `data` is not the whole register: the `seq` and `prev`
+/// of `data`'s first line after an archive record, which is then skipped (its first line).
 pub(crate) fn check_register(
     path: &Path,
     data: &[u8],
     keys: &[InstallSecret],
     accept_unknown_keys: bool,
     exclude_session: Option<&str>,
+    base: Option<(u64, Hash)>,
     findings: &mut Vec<Finding>,
 ) -> RegisterInfo {
     let mut info = RegisterInfo::default();
     let (lines, torn) = split_lines(data);
-    info.lines = lines.len() as u64;
-    let mut prev: Hash = ZERO_HASH;
+    let skip = usize::from(base.is_some());
+    let (seq0, mut prev) = base.unwrap_or((0, ZERO_HASH));
+    info.lines = seq0 + lines.len().saturating_sub(skip) as u64;
     let mut prev_bad = false;
-    for (i, (offset, bytes)) in lines.iter().enumerate() {
-        let line_no = i as u64 + 1;
+    for (k, (offset, bytes)) in lines.iter().enumerate().skip(skip) {
+        let line_no = k as u64 + 1;
+        // Position in the register's chain (archived lines included).
+        let i = seq0 + (k - skip) as u64;
         let at = |code: Code, sev: Severity, msg: String| {
             Finding::new(path, code, sev, msg).at(Some(*offset), line_no)
         };
@@ -141,9 +147,9 @@ pub(crate) fn check_register(
                         }
                         if usable {
                             bad = false;
-                            if h.seq != i as u64 {
+                            if h.seq != i {
                                 findings.push(at(
-                                    if h.seq > i as u64 {
+                                    if h.seq > i {
                                         Code::SeqGap
                                     } else {
                                         Code::SeqDup
@@ -209,6 +215,64 @@ pub(crate) fn check_register(
         ));
     }
     info
+}
+
+/// The register's first line as an archive record (`archive.rs`), unauthenticated.
+pub(crate) struct ArchiveRecord {
+    pub event: crate::events::RegisterArchiveEvent,
+    /// The last archived line's hash: what the next line's `prev` names.
+    pub prev: Hash,
+    pub time_ms: Option<u64>,
+    pub prefix: Vec<u8>,
+    pub mac: Hash,
+    /// The record's length with its newline.
+    pub len: u64,
+}
+
+impl ArchiveRecord {
+    /// Where the register's chain goes on after the record: the next line's `seq` and `prev`.
+    pub(crate) fn base(&self) -> (u64, Hash) {
+        (self.event.lines, self.prev)
+    }
+
+    /// Whether its MAC checks under one of `keys`; `None` when none of them is its key id.
+    pub(crate) fn authentic(&self, keys: &[InstallSecret]) -> Option<bool> {
+        let ev = &self.event;
+        if !crate::layout::valid_session_id(&ev.by) {
+            return Some(false);
+        }
+        let mut known = false;
+        for k in keys {
+            if ct_eq(
+                &k.register_key(&ev.project, &ev.by).mac(&self.prefix),
+                &self.mac,
+            ) {
+                return Some(true);
+            }
+            known |= hex(&k.key_id()) == ev.key_id;
+        }
+        known.then_some(false)
+    }
+}
+
+/// The register's first line, if it is an archive record.
+pub(crate) fn archive_record(data: &[u8]) -> Option<ArchiveRecord> {
+    let end = crate::layout::find_newline(data)?;
+    let bytes = &data[..end];
+    let (prefix, mac) = line::split_mac(bytes)?;
+    let h = line::parse_header(prefix)?;
+    if h.kind != crate::events::KIND_REGISTER_ARCHIVE || h.seq != 0 || h.epoch != 0 {
+        return None;
+    }
+    let event = serde_json::from_value(json::parse(h.event).ok()?).ok()?;
+    Some(ArchiveRecord {
+        event,
+        prev: h.prev,
+        time_ms: parse_time(h.time),
+        prefix: prefix.to_vec(),
+        mac,
+        len: end as u64 + 1,
+    })
 }
 
 /// Compares a project's index (its line hashes) with the register's last record for it.
@@ -343,8 +407,29 @@ impl LockedRegister {
         findings: &mut Vec<Finding>,
     ) -> Result<Self, crate::AuditError> {
         use crate::AuditError;
-        let file = crate::fsx::open_append(path, uid)?;
-        file.lock().map_err(|e| AuditError::io(path, e))?;
+        use std::os::unix::fs::MetadataExt;
+        // An archiving close replaces the register by rename while others wait for its lock:
+        // a writer that then gets the lock on the old file opens the new one (or its line
+        // would go to a file no name reaches any more).
+        let mut tries = 0;
+        let file = loop {
+            let file = crate::fsx::open_append(path, uid)?;
+            file.lock().map_err(|e| AuditError::io(path, e))?;
+            let held = file.metadata().map_err(|e| AuditError::io(path, e))?;
+            let named = std::fs::symlink_metadata(path).map_err(|e| AuditError::io(path, e))?;
+            if (held.dev(), held.ino()) == (named.dev(), named.ino()) {
+                break file;
+            }
+            tries += 1;
+            if tries > 1000 {
+                return Err(AuditError::io(
+                    path,
+                    std::io::Error::other(
+                        "the register was replaced 1000 times while this writer waited for it",
+                    ),
+                ));
+            }
+        };
         let size = file.metadata().map_err(|e| AuditError::io(path, e))?.len();
         let tail: Option<crate::journal::TailLine<crate::events::RegisterTailEvent>> =
             crate::journal::read_tail(
@@ -393,6 +478,22 @@ impl LockedRegister {
             bytes = offset;
         }
         let complete = &data[..bytes as usize];
+        // After an archive, the first line is its record: the chain goes on from what it names.
+        let record = archive_record(complete);
+        let (count, head) = match &record {
+            Some(r) => (
+                r.event.lines + (lines.len() as u64).saturating_sub(1),
+                if lines.len() > 1 {
+                    lines.last().map_or(r.prev, |(_, l)| sha256(l))
+                } else {
+                    r.prev
+                },
+            ),
+            None => (
+                lines.len() as u64,
+                lines.last().map_or(ZERO_HASH, |(_, l)| sha256(l)),
+            ),
+        };
         let Some(secret) = secret else {
             // At close the writer no longer holds the secret: it chains its line to the last
             // one and leaves the tail state for the next writer to rebuild with the secret.
@@ -401,22 +502,38 @@ impl LockedRegister {
                 path: path.to_path_buf(),
                 uid,
                 view: RegisterView {
-                    lines: lines.len() as u64,
-                    head: lines.last().map_or(ZERO_HASH, |(_, l)| sha256(l)),
+                    lines: count,
+                    head,
                     bytes,
                     last_at: lines.last().map_or(0, |(o, _)| *o),
                     ..RegisterView::default()
                 },
             });
         };
+        let keys = std::slice::from_ref(secret);
         let info = check_register(
             path,
             complete,
-            std::slice::from_ref(secret),
+            keys,
             true,
             Some(session),
+            record.as_ref().map(ArchiveRecord::base),
             findings,
         );
+        if let Some(r) = record.as_ref().filter(|r| r.authentic(keys) == Some(false)) {
+            findings.push(
+                Finding::new(
+                    path,
+                    Code::BadMac,
+                    Severity::Error,
+                    format!(
+                        "the MAC does not match the register's archive record (said to be session {}'s)",
+                        r.event.by
+                    ),
+                )
+                .at(Some(0), 1),
+            );
+        }
         let mut unverified = Vec::new();
         let anchor = crate::writer::anchor(
             "register",
@@ -425,16 +542,26 @@ impl LockedRegister {
             &info.unknown,
             &mut unverified,
         );
+        let own_record = record.as_ref().filter(|r| r.authentic(keys) == Some(true));
         let mut view = RegisterView {
-            lines: lines.len() as u64,
-            head: lines.last().map_or(ZERO_HASH, |(_, l)| sha256(l)),
+            lines: count,
+            head,
             bytes,
             last_at: lines.last().map_or(0, |(o, _)| *o),
             records: Vec::new(),
-            anchor_ms: anchor,
+            // An archive record under this secret is an anchor too (all else went into the
+            // archive).
+            anchor_ms: anchor.max(own_record.and_then(|r| r.time_ms)),
             unverified,
             records_known: true,
         };
+        // The records the archive took away, then the newer ones after it.
+        for rec in own_record
+            .map(|r| r.event.records.clone())
+            .unwrap_or_default()
+        {
+            view.set_record(rec);
+        }
         for ev in info.legacy.values().chain(info.lanes.values()) {
             view.set_record(lane_record(ev));
         }
@@ -456,6 +583,92 @@ impl LockedRegister {
             reg.write_tail(session, tail_key)?;
         }
         Ok(reg)
+    }
+
+    /// Once the register is at least `at` bytes long, moves every line into an archive
+    /// (`audit.register.a<k>.z`, `archive.rs`) and starts the register again with a record
+    /// that names it, MACed under the register `key` of session `by` of `project`: the same
+    /// rewrite as a lane's (docs/audit.md, "Archives"). Only with every lane's last record
+    /// known (they go into the record). Returns whether it did; the caller's next line (its
+    /// close record) must then be synced, as after a lane's rewrite.
+    pub(crate) fn archive_if_due(
+        &mut self,
+        at: u64,
+        by: &str,
+        project: &str,
+        key_id: &str,
+        key: &crate::keys::MacKey,
+        fsync: bool,
+    ) -> Result<bool, crate::AuditError> {
+        use crate::AuditError;
+        if self.view.bytes < at || !self.view.records_known || self.view.lines == 0 {
+            return Ok(false);
+        }
+        let data = crate::journal::read_from(&self.file, &self.path, 0, self.view.bytes)?;
+        if data.last() != Some(&b'\n') {
+            return Ok(false);
+        }
+        let seq = archive_record(&data).map_or(0, |r| r.event.archive.seq + 1);
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let archive = crate::archive::register_archive_path(&self.path, seq);
+        let name = archive
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        crate::archive::write_named(dir, &name, &data, self.uid, fsync)?;
+        let (lines, _) = split_lines(&data);
+        let event = crate::events::RegisterArchiveEvent {
+            by: by.to_string(),
+            project: project.to_string(),
+            key_id: key_id.to_string(),
+            lines: self.view.lines,
+            archive: crate::events::ArchiveRef {
+                seq,
+                bytes: data.len() as u64,
+                lines: lines.len() as u64,
+                sha256: hex(&sha256(&data)),
+            },
+            records: self.view.records.clone(),
+        };
+        let mut record = Vec::new();
+        line::build(
+            &mut record,
+            &line::NewLine {
+                seq: 0,
+                epoch: 0,
+                time_ms: crate::util::now_ms(),
+                prev: &self.view.head,
+                kind: crate::events::KIND_REGISTER_ARCHIVE,
+                event: &serde_json::to_value(&event).unwrap_or(serde_json::Value::Null),
+            },
+            key.bytes(),
+        )
+        .map_err(|e| AuditError::Format {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        let reg_name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(".{reg_name}.rewrite.tmp"));
+        let mut out = crate::fsx::create_temp(&tmp, self.uid)?;
+        // Locked before it has the register's name: writers that open it wait for this one.
+        out.lock().map_err(|e| AuditError::io(&tmp, e))?;
+        std::io::Write::write_all(&mut out, &record).map_err(|e| AuditError::io(&tmp, e))?;
+        if fsync {
+            out.sync_all().map_err(|e| AuditError::io(&tmp, e))?;
+        }
+        std::fs::rename(&tmp, &self.path).map_err(|e| AuditError::io(&self.path, e))?;
+        if fsync {
+            crate::fsx::fsync_dir(dir)?;
+        }
+        let old = std::mem::replace(&mut self.file, out);
+        let _ = old.unlock();
+        self.view.bytes = record.len() as u64;
+        self.view.last_at = 0;
+        Ok(true)
     }
 
     /// Appends one record (MACed under the session's register `key`), syncs it when `sync`,

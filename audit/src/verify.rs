@@ -969,6 +969,125 @@ fn key_unused(
     }
 }
 
+/// The register's lines with those of its archives put back in front, oldest first, each
+/// archive believed only if its record's MAC checks (or is under a key not given) and it
+/// decodes to exactly the length, line count and SHA-256 the record names; line numbers in
+/// findings then count the archived lines too. When the chain cannot be followed to its start
+/// (an archive missing or not the one named: a finding), the lines from the last archive that
+/// could be read are returned with where the chain goes on from there (`check_register`'s
+/// `base`).
+fn register_with_archives(
+    path: &Path,
+    live: Vec<u8>,
+    opts: &VerifyOptions,
+    uid: u32,
+    findings: &mut Vec<Finding>,
+) -> (Vec<u8>, Option<(u64, Hash)>) {
+    // Newest first: the register, then each archive its first line names.
+    let mut files: Vec<Vec<u8>> = vec![live];
+    let mut broken: Option<(u64, Hash)> = None;
+    while let Some(rec) = files
+        .last()
+        .and_then(|d| crate::register::archive_record(d))
+    {
+        if files.len() > MAX_ARCHIVES {
+            broken = Some(rec.base());
+            break;
+        }
+        let at = |f: Finding| f.at(Some(0), 1);
+        match rec.authentic(&opts.keys) {
+            Some(true) => {}
+            Some(false) => {
+                findings.push(at(Finding::new(
+                    path,
+                    Code::BadMac,
+                    Severity::Error,
+                    "the MAC does not match the register's archive record: register lines removed under a forged record",
+                )));
+                broken = Some(rec.base());
+                break;
+            }
+            None => findings.push(at(Finding::new(
+                path,
+                Code::KeyUnknown,
+                Severity::Undecidable,
+                format!(
+                    "the register's archive record is under key {}, which was not given",
+                    rec.event.key_id
+                ),
+            ))),
+        }
+        let a = &rec.event.archive;
+        let archive = crate::archive::register_archive_path(path, a.seq);
+        check_meta(&archive, false, uid, findings);
+        let raw = match read_nofollow(&archive, findings) {
+            Some(Some(raw)) => raw,
+            Some(None) => {
+                findings.push(at(Finding::new(
+                    path,
+                    Code::FileMissing,
+                    Severity::Error,
+                    format!(
+                        "the register's first line names archive {} ({} register lines), which is gone",
+                        archive.display(),
+                        a.lines
+                    ),
+                )));
+                broken = Some(rec.base());
+                break;
+            }
+            None => {
+                broken = Some(rec.base());
+                break;
+            }
+        };
+        let checked = crate::archive::decode(&raw, a.bytes).and_then(|data| {
+            let (lines, torn) = split_lines(&data);
+            if data.len() as u64 != a.bytes || hex(&sha256(&data)) != a.sha256 {
+                Err("its lines differ from what the record names (length or SHA-256)".to_string())
+            } else if lines.len() as u64 != a.lines || torn.is_some() {
+                Err("its line count differs from the record's".to_string())
+            } else if lines.last().map(|(_, l)| sha256(l)) != Some(rec.prev) {
+                Err("its last line is not the one the record chains to".to_string())
+            } else {
+                Ok(data)
+            }
+        });
+        match checked {
+            Ok(data) => files.push(data),
+            Err(why) => {
+                findings.push(Finding::new(
+                    &archive,
+                    Code::RootMismatch,
+                    Severity::Error,
+                    format!(
+                        "not the archive the register's first line names: {why}; register lines were rewritten or replaced"
+                    ),
+                ));
+                broken = Some(rec.base());
+                break;
+            }
+        }
+    }
+    if files.len() == 1 && broken.is_none() {
+        // No archive record: the register is the whole chain.
+        return (files.pop().unwrap_or_default(), None);
+    }
+    // Oldest first; every file but the oldest starts with the record that names the one
+    // before it, which is not a line of the chain, and so does the oldest one read when the
+    // chain could not be followed further (`broken` then says where the chain goes on).
+    let mut out = Vec::new();
+    for (k, data) in files.iter().rev().enumerate() {
+        let from = if k > 0 || broken.is_some() {
+            crate::register::archive_record(data).map_or(0, |r| r.len as usize)
+        } else {
+            0
+        };
+        out.extend_from_slice(data.get(from..).unwrap_or_default());
+    }
+    (out, broken)
+}
+
 /// Reads and checks the install-wide register, and compares the audit root's and the
 /// register's ctime with its last recorded write (a removed project folder, or the whole
 /// audit folder swapped for an older copy, changes the root's ctime).
@@ -983,7 +1102,8 @@ fn load_register(
     let reg_meta = fs::symlink_metadata(&path).ok();
     check_meta(&path, false, uid, findings);
     let data = read_nofollow(&path, findings)??;
-    let info = check_register(&path, &data, &opts.keys, false, None, findings);
+    let (data, base) = register_with_archives(&path, data, opts, uid, findings);
+    let info = check_register(&path, &data, &opts.keys, false, None, base, findings);
     let slack = u64::try_from(opts.ctime_slack.as_millis()).unwrap_or(u64::MAX);
     if let Some(t) = info.last_time_ms {
         for (p, meta) in [(root, &root_meta), (path.as_path(), &reg_meta)] {

@@ -37,7 +37,7 @@ pub const DEFAULT_EPOCH_MAX_AGE: Duration = Duration::from_secs(60);
 /// Default number of due sessions that triggers a prune.
 pub const DEFAULT_PRUNE_BATCH: u64 = 64;
 /// Default journal length past which a closing session archives the sessions before it.
-pub const DEFAULT_ARCHIVE_AT_BYTES: u64 = 512 * 1024;
+pub const DEFAULT_ARCHIVE_AT_BYTES: u64 = 256 * 1024;
 
 /// Where and how a session is recorded.
 #[derive(Debug, Clone)]
@@ -788,6 +788,24 @@ impl SessionWriter {
             false,
             &mut found,
         )?;
+        // The register is install-wide: archived past the same length, retention or not.
+        let register_rewritten = match j.archive_at_bytes {
+            Some(at) => register.archive_if_due(
+                at,
+                &self.id,
+                &self.project,
+                &self.key_id,
+                &self.register_key,
+                self.fsync,
+            )?,
+            None => false,
+        };
+        if register_rewritten && j.stop_after_rewrite {
+            return Err(AuditError::Format {
+                path: self.reg_path.clone(),
+                reason: "stopped right after the register's rewrite (a test's crash)".into(),
+            });
+        }
         register.append(
             INDEX_CLOSE,
             &RegisterEvent {
@@ -801,7 +819,7 @@ impl SessionWriter {
             },
             &self.register_key,
             &j.tail_key,
-            pruned && self.fsync,
+            (pruned || register_rewritten) && self.fsync,
         )?;
         drop(register);
         let tail = TailEvent {
@@ -1192,6 +1210,7 @@ fn survey(
         keys,
         true,
         Some(s.session),
+        crate::register::archive_record(&register.data).map(|r| r.base()),
         &mut found,
     );
     let mut unverified = Vec::new();

@@ -15,15 +15,15 @@ fn journal(env: &Env) -> PathBuf {
     env.dir().join("journal.jsonl")
 }
 
-/// Archive files of lane 0, by sequence number.
-fn archives(env: &Env) -> Vec<PathBuf> {
-    let mut out: Vec<(u64, PathBuf)> = fs::read_dir(env.dir())
+/// Files `<prefix><seq>.z` in `dir`, by sequence number.
+fn numbered(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut out: Vec<(u64, PathBuf)> = fs::read_dir(dir)
         .unwrap()
         .filter_map(Result::ok)
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             let seq = name
-                .strip_prefix("journal.a")?
+                .strip_prefix(prefix)?
                 .strip_suffix(".z")?
                 .parse()
                 .ok()?;
@@ -32,6 +32,11 @@ fn archives(env: &Env) -> Vec<PathBuf> {
         .collect();
     out.sort();
     out.into_iter().map(|(_, p)| p).collect()
+}
+
+/// Archive files of lane 0, by sequence number.
+fn archives(env: &Env) -> Vec<PathBuf> {
+    numbered(&env.dir(), "journal.a")
 }
 
 /// A project whose journal is archived every few sessions, with `n` closed sessions written;
@@ -49,6 +54,59 @@ fn archived(n: usize) -> (Env, Vec<String>) {
 
 fn first_line(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&read_lines(path)[0]).unwrap()
+}
+
+/// The attacks on the newest of `files` (archives, oldest first) that a verify must find: a
+/// byte changed, another archive put in its place (ROOT_MISMATCH at the archive), the file
+/// removed (FILE_MISSING at line 1 of `named_by`, whose first line names it); then it is put
+/// back and everything verifies again (each attack's negative control).
+fn attack_newest_archive(env: &Env, files: &[PathBuf], named_by: &Path) {
+    assert!(files.len() >= 2, "{files:?}");
+    let newest = files.last().unwrap().clone();
+    let original = fs::read(&newest).unwrap();
+    assert_outcome(&env.verify(), Outcome::Verified);
+
+    // One byte changed inside the compressed lines.
+    let mut flipped = original.clone();
+    let at = original.len() - 10;
+    flipped[at] ^= 0x20;
+    fs::write(&newest, &flipped).unwrap();
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::RootMismatch, None, Some(&newest));
+
+    // Another archive of the same file put in its place.
+    fs::copy(&files[0], &newest).unwrap();
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::RootMismatch, None, Some(&newest));
+
+    // Removed: its record names it.
+    fs::remove_file(&newest).unwrap();
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::FileMissing, Some(1), Some(named_by));
+    fs::write(&newest, &original).unwrap();
+    fs::set_permissions(&newest, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    assert_outcome(&env.verify(), Outcome::Verified);
+}
+
+/// The archive record at `path`'s first line with its `"lines":claimed` made one less: BAD_MAC
+/// at that line; then put back.
+fn edited_record_is_bad_mac(env: &Env, path: &Path, claimed: u64) {
+    let lines = read_lines(path);
+    let mut edited = lines.clone();
+    edited[0] = replace(
+        &lines[0],
+        &format!("\"lines\":{claimed},"),
+        &format!("\"lines\":{},", claimed - 1),
+    );
+    assert_ne!(edited[0], lines[0]);
+    write_lines(path, &edited);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::BadMac, Some(1), Some(path));
+    write_lines(path, &lines);
 }
 
 #[test]
@@ -89,54 +147,15 @@ fn a_long_journal_is_archived_and_every_line_is_still_verified() {
 #[test]
 fn an_archive_changed_removed_or_replaced_is_found() {
     let (env, _) = archived(30);
-    let files = archives(&env);
-    assert!(files.len() >= 2, "{files:?}");
-    let newest = files.last().unwrap().clone();
-    let original = fs::read(&newest).unwrap();
-    // Negative control: as written, it verifies.
-    assert_outcome(&env.verify(), Outcome::Verified);
-
-    // One byte changed inside the compressed lines.
-    let mut flipped = original.clone();
-    let at = original.len() - 10;
-    flipped[at] ^= 0x20;
-    fs::write(&newest, &flipped).unwrap();
-    let r = env.verify();
-    assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::RootMismatch, None, Some(&newest));
-
-    // Another archive of the lane put in its place.
-    fs::copy(&files[0], &newest).unwrap();
-    let r = env.verify();
-    assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::RootMismatch, None, Some(&newest));
-
-    // Removed: the record names it; the sessions in it are gone.
-    fs::remove_file(&newest).unwrap();
-    let r = env.verify();
-    assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::FileMissing, Some(1), Some(&journal(&env)));
-    fs::write(&newest, &original).unwrap();
-    fs::set_permissions(&newest, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    assert_outcome(&env.verify(), Outcome::Verified);
+    attack_newest_archive(&env, &archives(&env), &journal(&env));
 
     // The record edited (fewer lines claimed): its MAC.
     let path = journal(&env);
     let lines = read_lines(&path);
-    let lines_claimed = first_line(&path)["event"]["archive"]["lines"]
+    let claimed = first_line(&path)["event"]["archive"]["lines"]
         .as_u64()
         .unwrap();
-    let mut edited = lines.clone();
-    edited[0] = replace(
-        &lines[0],
-        &format!("\"lines\":{lines_claimed},"),
-        &format!("\"lines\":{},", lines_claimed - 5),
-    );
-    assert_ne!(edited[0], lines[0]);
-    write_lines(&path, &edited);
-    let r = env.verify();
-    assert_outcome(&r, Outcome::Tampered);
-    assert_finding(&r, Code::BadMac, Some(1), Some(&path));
+    edited_record_is_bad_mac(&env, &path, claimed);
 
     // The record removed: the archived sessions are no longer named, and the journal's first
     // session names one of them.
@@ -201,6 +220,23 @@ fn retention_set_later_drops_the_archives_with_the_sessions_it_prunes() {
     assert_eq!(r.sessions.len(), 3);
 }
 
+/// After a close killed right after a rewrite: nothing reads as tampering; the next session
+/// records nothing as found at its start, and then everything verifies.
+fn after_a_killed_close(env: &mut Env) {
+    let r = env.verify();
+    assert_ne!(r.outcome(), Outcome::Tampered, "{}", r.render_text());
+    assert_no_errors(&r);
+    env.cfg.stop_after_rewrite = false;
+    env.session(1, true);
+    let newest = session_lines(&journal(env), session_ids(&journal(env)).len() - 1);
+    let start: serde_json::Value = serde_json::from_slice(&newest[0]).unwrap();
+    assert!(start["event"].get("found_at_start").is_none(), "{start}");
+    assert!(start["event"]["session"].is_string(), "{start}");
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Verified);
+    assert_no_errors(&r);
+}
+
 /// A close killed between the archive's rewrite of the journal and the register record and
 /// tail state that follow leaves both naming the journal as it was: never a finding of
 /// tampering, neither by verify nor by the next session (which would record it for good).
@@ -224,21 +260,146 @@ fn a_close_killed_right_after_archiving_is_not_tampering() {
             assert!(closed.is_err(), "the close went on after the rewrite");
             break;
         }
-        closed.unwrap();
+        // Or the register's rewrite stopped it (the same window, in the register): go on.
+        let _ = closed;
         n += 1;
         assert!(n < 50, "never archived");
     }
     // The stale tail state and register record name the journal as it was.
-    let r = env.verify();
-    assert_ne!(r.outcome(), Outcome::Tampered, "{}", r.render_text());
-    assert_no_errors(&r);
-    env.cfg.stop_after_rewrite = false;
+    after_a_killed_close(&mut env);
+}
+
+fn register(env: &Env) -> PathBuf {
+    env.cfg.audit_root.with_file_name("audit.register.jsonl")
+}
+
+fn register_archives(env: &Env) -> Vec<PathBuf> {
+    numbered(env.cfg.audit_root.parent().unwrap(), "audit.register.a")
+}
+
+/// Close records in the register and its archives, whatever their order.
+fn register_closes(env: &Env) -> usize {
+    let mut n = 0;
+    for path in register_archives(env) {
+        let data = garuda_audit::archive_decode(&fs::read(path).unwrap()).unwrap();
+        n += data
+            .split(|&c| c == b'\n')
+            .filter(|l| String::from_utf8_lossy(l).contains("\"type\":\"close\""))
+            .count();
+    }
+    n + read_lines(&register(env))
+        .iter()
+        .filter(|l| String::from_utf8_lossy(l).contains("\"type\":\"close\""))
+        .count()
+}
+
+#[test]
+fn the_register_is_archived_and_every_line_is_still_verified() {
+    let (env, ids) = archived(60);
+    let files = register_archives(&env);
+    assert!(files.len() >= 2, "{files:?}");
+    let record = first_line(&register(&env));
+    assert_eq!(record["type"], "register_archive");
+    assert_eq!(record["event"]["archive"]["seq"], files.len() as u64 - 1);
+    // Every session's close is recorded once, archives included.
+    assert_eq!(register_closes(&env), ids.len());
+    let r = garuda_audit::verify(&env.options_with_witness());
+    assert_outcome(&r, Outcome::Verified);
+    assert!(r.findings.is_empty(), "{}", r.render_text());
+    assert_eq!(
+        r.facts.register.lines,
+        first_line(&register(&env))["event"]["lines"]
+            .as_u64()
+            .unwrap()
+            + read_lines(&register(&env)).len() as u64
+            - 1
+    );
+
+    // The writer's slow path (no register tail state) reads the record's records.
+    fs::remove_file(env.cfg.audit_root.with_file_name("audit.register.tail")).unwrap();
     env.session(1, true);
-    let newest = session_lines(&journal(&env), session_ids(&journal(&env)).len() - 1);
-    let start: serde_json::Value = serde_json::from_slice(&newest[0]).unwrap();
-    assert!(start["event"].get("found_at_start").is_none(), "{start}");
-    assert!(start["event"]["session"].is_string(), "{start}");
+    let r = garuda_audit::verify(&env.options_with_witness());
+    assert_outcome(&r, Outcome::Verified);
+    assert!(r.findings.is_empty(), "{}", r.render_text());
+}
+
+#[test]
+fn a_register_archive_changed_removed_or_replaced_is_found() {
+    let (env, _) = archived(60);
+    attack_newest_archive(&env, &register_archives(&env), &register(&env));
+
+    // The record edited: its MAC; removed: the register's chain starts in the middle.
+    let path = register(&env);
+    let lines = read_lines(&path);
+    let claimed = first_line(&path)["event"]["lines"].as_u64().unwrap();
+    edited_record_is_bad_mac(&env, &path, claimed);
+    write_lines(&path, &lines[1..]);
+    let r = env.verify();
+    assert_outcome(&r, Outcome::Tampered);
+    assert!(
+        r.findings
+            .iter()
+            .any(|f| f.code == Code::SeqGap || f.code == Code::PrevMismatch),
+        "{}",
+        r.render_text()
+    );
+    write_lines(&path, &lines);
+    assert_outcome(&env.verify(), Outcome::Verified);
+}
+
+/// Many writers in parallel, the register archived under them: a writer that waited for the
+/// register's lock while it was replaced appends to the new register, never to the old file
+/// (its close record would be lost with it).
+#[test]
+fn no_close_record_is_lost_while_the_register_is_archived() {
+    let (env, _) = archived(1);
+    let mut cfg = env.cfg.clone();
+    cfg.archive_at_bytes = Some(4 * 1024);
+    let cfg = std::sync::Arc::new(cfg);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let cfg = std::sync::Arc::clone(&cfg);
+            std::thread::spawn(move || {
+                for i in 0..15 {
+                    let mut w = garuda_audit::SessionWriter::open(
+                        &cfg,
+                        serde_json::json!({"thread": t, "i": i}),
+                    )
+                    .unwrap();
+                    w.append("command_result", serde_json::json!({"exit": 0}))
+                        .unwrap();
+                    w.close(serde_json::json!({})).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(register_archives(&env).len() >= 3);
+    assert_eq!(register_closes(&env), 1 + 4 * 15);
     let r = env.verify();
     assert_outcome(&r, Outcome::Verified);
-    assert_no_errors(&r);
+}
+
+/// The register's rewrite killed before the close's own line: the register holds only its
+/// record, its tail state names the register as it was. Nothing reads as tampering, and the
+/// next writer goes on from the record.
+#[test]
+fn a_close_killed_right_after_the_registers_rewrite_is_not_tampering() {
+    let (mut env, _) = archived(1);
+    env.cfg.stop_after_rewrite = true;
+    let archived_register = |env: &Env| first_line(&register(env))["type"] == "register_archive";
+    let mut n = 0;
+    while !archived_register(&env) {
+        let mut w = garuda_audit::SessionWriter::open(&env.cfg, serde_json::json!({})).unwrap();
+        w.append("command_result", serde_json::json!({"exit": 0}))
+            .unwrap();
+        // A journal's rewrite stops some closes too: the other window, also fine.
+        let _ = w.close(serde_json::json!({}));
+        n += 1;
+        assert!(n < 100, "the register was never archived");
+    }
+    assert_eq!(read_lines(&register(&env)).len(), 1, "only the record");
+    after_a_killed_close(&mut env);
 }
