@@ -244,28 +244,37 @@ pub(crate) fn named_by(first_line: &[u8]) -> Option<(PrunedEvent, ArchiveRef)> {
 }
 
 /// A lane's archived bytes and its journal, oldest first, following each first line's
-/// archive, unauthenticated (for `show` and `list`, which check each session's lines
-/// themselves): `(path, decoded bytes)` per file. Stops at an archive that is missing or does
-/// not decode, and after as many archives as the folder could hold.
+/// archive, unauthenticated (for `show`, `list` and the key ids verify collects, which check
+/// each session's lines themselves or report records that do not check): `(path, decoded
+/// bytes)` per file. Stops at an archive that is missing, does not decode to its record's
+/// SHA-256, was already read, or would pass [`MAX_UNCHECKED_BYTES`] in all.
 pub(crate) fn lane_files(
     dir: &Path,
     lane: u64,
     journal: (PathBuf, Vec<u8>),
 ) -> Vec<(PathBuf, Vec<u8>)> {
     let mut files = vec![journal];
-    let mut guard = 0u32;
-    while guard < 1_000_000 {
-        guard += 1;
-        let Some((_, data)) = files.last() else { break };
-        let first = data.split(|&c| c == b'\n').next().unwrap_or(b"");
-        let Some((_, a)) = named_by(first) else { break };
+    let mut seen = std::collections::HashSet::new();
+    let mut total: u64 = 0;
+    while let Some((_, a)) = files
+        .last()
+        .and_then(|(_, data)| named_by(data.split(|&c| c == b'\n').next().unwrap_or(b"")))
+    {
+        // A chain that comes back to an archive already read, or more than the bound in all.
+        if !seen.insert(a.seq) || total.saturating_add(a.bytes) > MAX_UNCHECKED_BYTES {
+            break;
+        }
         let path = dir.join(archive_file_name(lane, a.seq));
         let Ok(Some(raw)) = crate::journal::read_plain(&path) else {
             break;
         };
-        let Ok(decoded) = decode(&raw, a.bytes.min(MAX_UNCHECKED_BYTES)) else {
+        let Ok(decoded) = decode(&raw, a.bytes) else {
             break;
         };
+        if crate::util::hex(&sha256(&decoded)) != a.sha256 {
+            break;
+        }
+        total += decoded.len() as u64;
         files.push((path, decoded));
     }
     files.reverse();
@@ -280,11 +289,19 @@ pub(crate) const STALE_REWRITES: usize = 4;
 /// The journal as it was before its latest archive rewrite: the archive's lines, then the
 /// journal's after its first (the record). `None` when the journal's first line names no
 /// archive, or the archive is missing or not the one its record names.
-fn before_rewrite(dir: &Path, lane: u64, journal: &[u8]) -> Option<Vec<u8>> {
+fn before_rewrite(
+    dir: &Path,
+    lane: u64,
+    journal: &[u8],
+    authentic: &dyn Fn(&[u8]) -> bool,
+) -> Option<Vec<u8>> {
     let first_len = journal.iter().position(|&c| c == b'\n')?;
+    if !authentic(&journal[..first_len]) {
+        return None;
+    }
     let (_, a) = named_by(&journal[..first_len])?;
     let raw = crate::journal::read_plain(&dir.join(archive_file_name(lane, a.seq))).ok()??;
-    let mut old = decode(&raw, a.bytes).ok()?;
+    let mut old = decode(&raw, a.bytes.min(MAX_UNCHECKED_BYTES)).ok()?;
     if crate::util::hex(&sha256(&old)) != a.sha256 {
         return None;
     }
@@ -294,18 +311,19 @@ fn before_rewrite(dir: &Path, lane: u64, journal: &[u8]) -> Option<Vec<u8>> {
 
 /// Whether the line ending at byte `end` of the journal as it was before one of its latest
 /// archive rewrites has the SHA-256 `head`: a tail state or register record written before a
-/// rewrite whose close was killed before it wrote their successors. Unauthenticated records
-/// are not the caller's question: this only says where the journal's own bytes went.
+/// rewrite whose close was killed before it wrote their successors. Only records `authentic`
+/// accepts (the caller checks their MAC) are followed.
 pub(crate) fn reached_before_rewrite(
     dir: &Path,
     lane: u64,
     journal: &[u8],
     end: u64,
     head: &str,
+    authentic: &dyn Fn(&[u8]) -> bool,
 ) -> bool {
     let mut cur = journal.to_vec();
     for _ in 0..STALE_REWRITES {
-        let Some(old) = before_rewrite(dir, lane, &cur) else {
+        let Some(old) = before_rewrite(dir, lane, &cur, authentic) else {
             return false;
         };
         let hit = usize::try_from(end)

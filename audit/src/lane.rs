@@ -251,9 +251,18 @@ pub(crate) fn start(
     // A tail state or register record one archive rewrite behind the journal (its close was
     // killed between the rewrite and their successors) names the journal as it was: where its
     // lines went is checked before anything is reported (`archive::reached_before_rewrite`).
+    // Only records this secret made are followed: a forged one could otherwise excuse a cut.
+    let authentic = |first: &[u8]| {
+        line::split_mac(first).is_some_and(|(prefix, mac)| {
+            crate::archive::named_by(first).is_some_and(|(ev, _)| {
+                layout::valid_session_id(&ev.by)
+                    && ct_eq(&secret.index_key(ctx.dir_name, &ev.by).mac(prefix), &mac)
+            })
+        })
+    };
     let before_rewrite = |end: u64, head: &str| {
         journal::read_from(&lock.file, &path, 0, size).is_ok_and(|all| {
-            crate::archive::reached_before_rewrite(ctx.dir, lock.lane, &all, end, head)
+            crate::archive::reached_before_rewrite(ctx.dir, lock.lane, &all, end, head, &authentic)
         })
     };
     if let Some(t) = &tail {
@@ -446,7 +455,9 @@ pub(crate) fn start(
         let rb = rec.bytes.unwrap_or(0);
         let stale = || {
             journal::read_from(&lock.file, &path, 0, bytes).is_ok_and(|all| {
-                crate::archive::reached_before_rewrite(ctx.dir, lock.lane, &all, rb, &rec.head)
+                crate::archive::reached_before_rewrite(
+                    ctx.dir, lock.lane, &all, rb, &rec.head, &authentic,
+                )
             })
         };
         if rb > bytes && stale() {
@@ -505,10 +516,13 @@ pub(crate) fn start(
         "its last entry",
     ));
     if !lock.created {
+        // The tail state (MACed under this secret) is written after a close's rewrite of the
+        // journal, whose rename moves the journal's ctime past its last line's time by the
+        // archive's compression and syncs.
         found.extend(late(
             &path,
             &Some(lock.meta.clone()),
-            journal_time,
+            journal_time.max(tail.as_ref().and_then(|t| t.time_ms)),
             "the journal's last line",
         ));
     }

@@ -608,7 +608,14 @@ impl LockedRegister {
         if data.last() != Some(&b'\n') {
             return Ok(false);
         }
-        let seq = archive_record(&data).map_or(0, |r| r.event.archive.seq + 1);
+        let previous = archive_record(&data);
+        // The lines after the record, not the record itself (it lists every lane: with enough
+        // of them it alone would pass the length and archive every close).
+        let record_len = previous.as_ref().map_or(0, |r| r.len);
+        if (data.len() as u64).saturating_sub(record_len) < at {
+            return Ok(false);
+        }
+        let seq = previous.map_or(0, |r| r.event.archive.seq.saturating_add(1));
         let dir = self.path.parent().unwrap_or(Path::new("."));
         let archive = crate::archive::register_archive_path(&self.path, seq);
         let name = archive

@@ -171,8 +171,12 @@ pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditErr
         // The earlier record is one of the lines pruned now: not counted as a session line.
         Some(e) => (
             e.sessions,
-            e.journal_lines + pruned_lines - 1,
-            e.journal_bytes + pruned_part.len() as u64 - segs[0].data.len() as u64,
+            e.journal_lines
+                .saturating_add(pruned_lines)
+                .saturating_sub(1),
+            e.journal_bytes
+                .saturating_add(pruned_part.len() as u64)
+                .saturating_sub(segs[0].data.len() as u64),
             e.first.clone(),
             e.from_time.clone(),
         ),
@@ -188,7 +192,7 @@ pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditErr
         let seq = earlier
             .as_ref()
             .and_then(|e| e.archive.as_ref())
-            .map_or(0, |x| x.seq + 1);
+            .map_or(0, |x| x.seq.saturating_add(1));
         crate::archive::write(a.dir, a.lane, seq, pruned_part, a.uid, a.fsync)?;
         Some(ArchiveRef {
             seq,
@@ -202,7 +206,7 @@ pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditErr
     let ev = PrunedEvent {
         by: a.by.to_string(),
         key_id: a.key_id.to_string(),
-        sessions: prev_count + due as u64,
+        sessions: prev_count.saturating_add(due as u64),
         first,
         last: Attest {
             session: last.session.clone(),

@@ -884,20 +884,20 @@ fn claimed_key_ids(root: &Path) -> ClaimedKeys {
             let Ok(file) = fsx::open_read(&f.path()) else {
                 continue;
             };
-            let archived = crate::archive::parse_archive_name(&name).is_some();
-            if archived || matches!(journal::parse_lane_file(&name), Some((_, "jsonl"))) {
+            if let Some((lane, "jsonl")) = journal::parse_lane_file(&name) {
                 let mut data = Vec::new();
-                let read = std::io::Read::read_to_end(&mut &file, &mut data).is_ok();
-                if archived {
-                    data = crate::archive::decode(&data, crate::archive::MAX_UNCHECKED_BYTES)
-                        .unwrap_or_default();
-                }
-                if read {
-                    for seg in journal::segments(&data) {
-                        let first = seg.data.split(|&c| c == b'\n').next().unwrap_or(b"");
-                        if let Some(k) = key_of(first) {
-                            out.sessions.insert(k.clone());
-                            out.any.insert(k);
+                if std::io::Read::read_to_end(&mut &file, &mut data).is_ok() {
+                    // Archives only as the journal names them (checked by verify, which
+                    // reports a record or archive that does not check): an archive file no
+                    // journal names claims nothing.
+                    for (_, data) in crate::archive::lane_files(&dir.path(), lane, (f.path(), data))
+                    {
+                        for seg in journal::segments(&data) {
+                            let first = seg.data.split(|&c| c == b'\n').next().unwrap_or(b"");
+                            if let Some(k) = key_of(first) {
+                                out.sessions.insert(k.clone());
+                                out.any.insert(k);
+                            }
                         }
                     }
                 }
@@ -1007,15 +1007,20 @@ fn register_with_archives(
                 broken = Some(rec.base());
                 break;
             }
-            None => findings.push(at(Finding::new(
-                path,
-                Code::KeyUnknown,
-                Severity::Undecidable,
-                format!(
-                    "the register's archive record is under key {}, which was not given",
-                    rec.event.key_id
-                ),
-            ))),
+            None => {
+                // Not followed: what it names cannot be believed, and its length could be any.
+                findings.push(at(Finding::new(
+                    path,
+                    Code::KeyUnknown,
+                    Severity::Undecidable,
+                    format!(
+                        "the register's archive record is under key {}, which was not given",
+                        rec.event.key_id
+                    ),
+                )));
+                broken = Some(rec.base());
+                break;
+            }
         }
         let a = &rec.event.archive;
         let archive = crate::archive::register_archive_path(path, a.seq);
@@ -1102,8 +1107,14 @@ fn load_register(
     let reg_meta = fs::symlink_metadata(&path).ok();
     check_meta(&path, false, uid, findings);
     let data = read_nofollow(&path, findings)??;
+    // The register's own archive record, when authentic, is its latest write until a line
+    // follows it (a close killed right after the register's rewrite).
+    let record_time = crate::register::archive_record(&data)
+        .filter(|r| r.authentic(&opts.keys) == Some(true))
+        .and_then(|r| r.time_ms);
     let (data, base) = register_with_archives(&path, data, opts, uid, findings);
-    let info = check_register(&path, &data, &opts.keys, false, None, base, findings);
+    let mut info = check_register(&path, &data, &opts.keys, false, None, base, findings);
+    info.last_time_ms = info.last_time_ms.max(record_time);
     let slack = u64::try_from(opts.ctime_slack.as_millis()).unwrap_or(u64::MAX);
     if let Some(t) = info.last_time_ms {
         for (p, meta) in [(root, &root_meta), (path.as_path(), &reg_meta)] {

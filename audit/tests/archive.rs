@@ -237,11 +237,9 @@ fn after_a_killed_close(env: &mut Env) {
     assert_no_errors(&r);
 }
 
-/// A close killed between the archive's rewrite of the journal and the register record and
-/// tail state that follow leaves both naming the journal as it was: never a finding of
-/// tampering, neither by verify nor by the next session (which would record it for good).
-#[test]
-fn a_close_killed_right_after_archiving_is_not_tampering() {
+/// A project whose last close was killed right after it archived the journal, before the
+/// register record and tail state that follow the rewrite.
+fn killed_after_archiving() -> Env {
     let (mut env, _) = archived(3);
     env.cfg.stop_after_rewrite = true;
     let mut n = 0;
@@ -265,6 +263,36 @@ fn a_close_killed_right_after_archiving_is_not_tampering() {
         n += 1;
         assert!(n < 50, "never archived");
     }
+    env.cfg.stop_after_rewrite = false;
+    env
+}
+
+/// The writer places a stale record only through an archive record it authenticates: with the
+/// record's MAC broken, the same stale tail state is a cut the next session records.
+#[test]
+fn a_forged_archive_record_excuses_no_cut() {
+    let env = killed_after_archiving();
+    let path = journal(&env);
+    let mut lines = read_lines(&path);
+    let at = lines[0].len() - 5;
+    lines[0][at] = if lines[0][at] == b'0' { b'1' } else { b'0' };
+    write_lines(&path, &lines);
+    env.session(1, true);
+    let newest = session_lines(&path, session_ids(&path).len() - 1);
+    let start: serde_json::Value = serde_json::from_slice(&newest[0]).unwrap();
+    let found = start["event"]["found_at_start"].to_string();
+    assert!(
+        found.contains("TRUNCATED") || found.contains("ROOT_MISMATCH"),
+        "{start}"
+    );
+}
+
+/// A close killed between the archive's rewrite of the journal and the register record and
+/// tail state that follow leaves both naming the journal as it was: never a finding of
+/// tampering, neither by verify nor by the next session (which would record it for good).
+#[test]
+fn a_close_killed_right_after_archiving_is_not_tampering() {
+    let mut env = killed_after_archiving();
     // The stale tail state and register record name the journal as it was.
     after_a_killed_close(&mut env);
 }
@@ -395,11 +423,61 @@ fn a_close_killed_right_after_the_registers_rewrite_is_not_tampering() {
         let mut w = garuda_audit::SessionWriter::open(&env.cfg, serde_json::json!({})).unwrap();
         w.append("command_result", serde_json::json!({"exit": 0}))
             .unwrap();
+        if fs::metadata(register(&env)).unwrap().len() >= env.cfg.archive_at_bytes.unwrap() {
+            // This close archives the register: its last line is then older than the ctime
+            // slack when the register is renamed (as after any pause between runs).
+            std::thread::sleep(std::time::Duration::from_millis(2200));
+        }
         // A journal's rewrite stops some closes too: the other window, also fine.
         let _ = w.close(serde_json::json!({}));
         n += 1;
         assert!(n < 100, "the register was never archived");
     }
     assert_eq!(read_lines(&register(&env)).len(), 1, "only the record");
+    // The register's rename is its record's write, not a change after its last line: verify
+    // takes the authentic record's time (without it: CHANGED_AFTER_WRITE, "cannot tell").
+    assert_outcome(&env.verify(), Outcome::Verified);
     after_a_killed_close(&mut env);
+}
+
+/// An archive file no journal names claims nothing: planted after a wipe (the audit folder,
+/// the register and the key removed) with a session start under the exported key, it must not
+/// turn that key's KEY_UNUSED into "no sessions" (the review's finding: archive files were
+/// read for their key ids whether or not a journal named them).
+#[test]
+fn an_archive_no_journal_names_claims_no_key() {
+    let env = Env::new();
+    env.session(2, true);
+    let start = read_lines(&journal(&env))[0].clone();
+    let out = env.tmp.path().join("old.key");
+    garuda_audit::key_export(&env.cfg.keys_dir, &out, false).unwrap();
+    fs::remove_dir_all(&env.cfg.audit_root).unwrap();
+    fs::remove_file(register(&env)).unwrap();
+    fs::remove_dir_all(&env.cfg.keys_dir).unwrap();
+    env.session(1, true);
+    let planted = env.cfg.audit_root.join("elsewhere-0123456789abcdef");
+    fs::create_dir(&planted).unwrap();
+    fs::set_permissions(
+        &planted,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let file = planted.join("journal.a0.z");
+    fs::write(
+        &file,
+        garuda_audit::archive_encode(&[&start[..], b"\n"].concat()),
+    )
+    .unwrap();
+    fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut o = garuda_audit::VerifyOptions::new(
+        garuda_audit::VerifyTarget::All(env.cfg.audit_root.clone()),
+        vec![
+            env.key(),
+            garuda_audit::InstallSecret::read_file(&out).unwrap(),
+        ],
+    );
+    o.keys_dir = Some(env.cfg.keys_dir.clone());
+    let r = garuda_audit::verify(&o);
+    assert_outcome(&r, Outcome::Tampered);
+    assert_finding(&r, Code::KeyUnused, None, None);
 }
