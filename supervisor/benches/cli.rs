@@ -267,7 +267,6 @@ fn main() {
                         binds: binds.iter().map(|f| f.as_raw_fd()).collect(),
                         status: None,
                         exec: None,
-                        release: None,
                     };
                     run_ok(
                         &mut bubblewrap::bare_command(&bwrap, pol, &pol.project_root, c, &fds),

@@ -62,7 +62,6 @@ fn bare_bwrap<'a>(policy: &'a ExecPolicy, cmd: &'a CommandSpec) -> impl FnMut() 
         binds: binds.iter().map(|f| f.as_raw_fd()).collect(),
         status: None,
         exec: None,
-        release: None,
     };
     let bwrap = bubblewrap::bwrap_path().expect("bwrap");
     move || {

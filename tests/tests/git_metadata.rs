@@ -906,7 +906,6 @@ fn no_held_descriptor_reaches_the_command() {
         binds: binds.iter().map(|f| f.as_raw_fd()).collect(),
         status: None,
         exec: None,
-        release: None,
     };
     let cmd = CommandSpec::new(["/bin/sh", "-c", THROUGH_DESCRIPTORS]);
     let bwrap = bubblewrap::bwrap_path().unwrap();

@@ -54,16 +54,24 @@ pub struct Fds {
     /// bwrap's own setup failure, not the command's exit code. `None`: not asked for (the
     /// benchmarks' bare bwrap).
     pub status: Option<i32>,
+    /// The exec step: the start-up program bwrap executes before the command. `None`: bwrap
+    /// executes the command itself (the benchmarks' bare bwrap, which holds no handle the
+    /// command could use).
+    pub exec: Option<ExecStep>,
+}
+
+/// The bubblewrap sandbox's last step before the command ([`Fds::exec`]). A release exists
+/// only with the step that waits for it: a command told to wait must never run without the
+/// program that waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecStep {
     /// The start-up program (`sys::init_program`, a sealed memory file opened read-only):
-    /// bwrap executes it through `/proc/self/fd/N` as the exec step
-    /// ([`sys::EXEC_CLOSED_ARGV1`]), which closes every
-    /// descriptor above stdio, the held bind sources among them, before it executes the
-    /// command. `None`: bwrap executes the command itself (the benchmarks' bare bwrap, which
-    /// holds no handle the command could use).
-    pub exec: Option<i32>,
-    /// The release pipe's read end (with [`Fds::exec`]): the exec step waits for one byte on it
-    /// before the command ([`sys::EXEC_RELEASED_ARGV1`], `Executor::run_released`). `None`: the
-    /// exec step goes on at once.
+    /// bwrap executes it through `/proc/self/fd/N` ([`sys::EXEC_CLOSED_ARGV1`]), which closes
+    /// every descriptor above stdio, the held bind sources among them, before it executes the
+    /// command.
+    pub program: i32,
+    /// The release pipe's read end: the step waits for one byte on it before the command
+    /// ([`sys::EXEC_RELEASED_ARGV1`], `Executor::run_released`). `None`: it goes on at once.
     pub release: Option<i32>,
 }
 
@@ -157,9 +165,9 @@ pub fn argv(policy: &ExecPolicy, cwd: &Path, cmd: &CommandSpec, fds: &Fds) -> Ve
         push(&["--json-status-fd".as_ref(), fd.as_ref()]);
     }
     push(&["--".as_ref()]);
-    if let Some(fd) = fds.exec {
-        a.push(format!("/proc/self/fd/{fd}").into());
-        match fds.release {
+    if let Some(step) = fds.exec {
+        a.push(format!("/proc/self/fd/{}", step.program).into());
+        match step.release {
             None => a.push(
                 std::ffi::OsStr::from_bytes(sys::EXEC_CLOSED_ARGV1.to_bytes()).to_os_string(),
             ),
@@ -518,8 +526,10 @@ impl Executor for BubblewrapExecutor {
             empty: empties.iter().map(|f| f.as_raw_fd()).collect(),
             binds: reserved.iter().map(|f| f.as_raw_fd()).collect(),
             status: Some(status_write.as_raw_fd()),
-            exec: Some(init.as_raw_fd()),
-            release: Some(release_read.as_raw_fd()),
+            exec: Some(ExecStep {
+                program: init.as_raw_fd(),
+                release: Some(release_read.as_raw_fd()),
+            }),
         };
         let mut command = Command::new(&bwrap);
         command
@@ -809,8 +819,10 @@ mod tests {
             empty: vec![9],
             binds: vec![11, 12, 13, 14, 15],
             status: Some(16),
-            exec: Some(17),
-            release: Some(18),
+            exec: Some(ExecStep {
+                program: 17,
+                release: Some(18),
+            }),
         };
         // The spawn hook opens these, in this order, at descriptors 11 to 15.
         assert_eq!(
