@@ -72,26 +72,170 @@ pub enum Control {
     Closed(String),
 }
 
-/// What the reader task and the loop share.
-#[derive(Debug, Default)]
-struct Shared {
-    /// Open requests: the answer goes to the sender.
-    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
-    /// The reader has stopped; no answer will come.
-    closed: AtomicBool,
+/// Buffers past this capacity are given back once they are this empty again: one large frame
+/// must not keep its memory for the rest of the session.
+const KEEP_BYTES: usize = 64 * 1024;
+
+/// Bytes asked for per read: most frames fit; a longer one is read in several.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Gives `buf`'s memory back after a large frame, once it holds little again.
+fn shrink(buf: &mut Vec<u8>) {
+    if buf.capacity() > 16 * KEEP_BYTES && buf.len() <= KEEP_BYTES {
+        buf.shrink_to(KEEP_BYTES);
+    }
 }
 
-impl Shared {
+/// What the reader and the loop share: the open requests and the channel's end, the bytes read
+/// that are not a whole frame yet, and where each frame goes. Frames are read by the reader task
+/// when the runtime sees the socket readable, and by the loop itself when it asks whether the
+/// turn was cancelled ([`SocketSupervisor::is_cancelled`] reads what the socket already holds:
+/// a cancel that arrived while the loop was busy is seen before it calls the model again).
+#[derive(Debug)]
+struct Inbox {
+    /// Open requests: the answer goes to the sender.
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
+    /// The channel has ended: no answer will come.
+    closed: AtomicBool,
+    /// Bytes read that are not a whole frame yet.
+    buf: Mutex<Vec<u8>>,
+    /// Set and cleared in frame order (a prompt clears it, a cancel sets it).
+    cancel: watch::Sender<bool>,
+    control: mpsc::UnboundedSender<Control>,
+}
+
+impl Inbox {
     fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<Answer>>> {
         // A panic elsewhere while holding the lock leaves the map usable.
         self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads whatever the socket holds now, without waiting, and hands out every whole frame.
+    /// `false` once the channel has ended (then or before). `direct`: read the descriptor
+    /// itself, not through the runtime, whose idea of the socket's readiness is only as new as
+    /// the loop's last await (the loop asking between awaits); the reader task reads through
+    /// the runtime, which then learns when the socket is empty.
+    fn pump(&self, socket: &tokio::net::UnixStream, direct: bool) -> bool {
+        let mut buf = self.buf.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.closed.load(Ordering::SeqCst) {
+            return false;
+        }
+        loop {
+            buf.reserve(READ_CHUNK);
+            let got = if direct {
+                // The socket is non-blocking: nothing there is `EAGAIN`, not a wait.
+                rustix::io::read(socket, rustix::buffer::spare_capacity(&mut *buf))
+                    .map_err(std::io::Error::from)
+            } else {
+                socket.try_read_buf(&mut *buf)
+            };
+            match got {
+                Ok(0) => {
+                    let why = if buf.is_empty() {
+                        "the supervisor closed the channel".to_string()
+                    } else {
+                        let (got, want) = match buf.first_chunk::<4>() {
+                            Some(prefix) => (buf.len() - 4, body_len(*prefix).unwrap_or(0)),
+                            None => (buf.len(), 4),
+                        };
+                        FrameError::Truncated { got, want }.to_string()
+                    };
+                    drop(buf);
+                    self.stop(why);
+                    return false;
+                }
+                Ok(_) => {
+                    // Every whole frame so far, before reading more: the buffer holds at most
+                    // one frame (whose length was checked against the cap) and one read.
+                    if let Some(why) = self.hand_out(&mut buf) {
+                        drop(buf);
+                        self.stop(why);
+                        return false;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    drop(buf);
+                    self.stop(FrameError::from(e).to_string());
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Takes every whole frame off the front of `buf` and hands it out; `Some(why)` when the
+    /// reading is to stop.
+    fn hand_out(&self, buf: &mut Vec<u8>) -> Option<String> {
+        let mut at = 0;
+        let stop = loop {
+            match take_frame(buf, &mut at) {
+                Ok(Some(body)) => match decode::<SupervisorFrame>(body) {
+                    Ok(frame) => {
+                        if let Some(why) = self.dispatch(frame) {
+                            break Some(why);
+                        }
+                    }
+                    Err(e) => break Some(e.to_string()),
+                },
+                Ok(None) => break None,
+                Err(e) => break Some(e.to_string()),
+            }
+        };
+        buf.drain(..at);
+        shrink(buf);
+        stop
+    }
+
+    /// Hands one frame to whoever it is for; `Some(why)` when the reading is to stop.
+    fn dispatch(&self, frame: SupervisorFrame) -> Option<String> {
+        match frame {
+            SupervisorFrame::Answer { id, answer } => {
+                // An answer nobody waits for (its turn was cancelled) is dropped.
+                if let Some(tx) = self.waiting().remove(&id) {
+                    let _ = tx.send(answer);
+                }
+            }
+            SupervisorFrame::Cancel => {
+                self.cancel.send_replace(true);
+            }
+            SupervisorFrame::Start(start) => {
+                let _ = self.control.send(Control::Start(Box::new(start)));
+            }
+            SupervisorFrame::UserPrompt { text } => {
+                // A new turn. A cancel read before its prompt was for no turn (a Ctrl-C
+                // between turns) and is cleared; one read after it is this turn's and stays.
+                // Cleared here, in frame order: the loop clearing it once it has taken the
+                // prompt would also lose a cancel that came right behind the prompt.
+                self.cancel.send_replace(false);
+                let _ = self.control.send(Control::UserPrompt(text));
+            }
+            SupervisorFrame::Shutdown => {
+                let _ = self.control.send(Control::Shutdown);
+                return Some("the supervisor ended the session".into());
+            }
+        }
+        None
+    }
+
+    /// The channel ended (`why`, for a diagnostic), once: no answer will come, and a turn in
+    /// progress stops.
+    fn stop(&self, why: String) {
+        // Closed before the waiters go, so that a request registered after the drain sees the
+        // flag (see `send`).
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.waiting().clear();
+        self.cancel.send_replace(true);
+        let _ = self.control.send(Control::Closed(why));
     }
 }
 
 /// The real link: frames over the socket pair with `garuda_ipc`'s codec, all on the loop's own
 /// runtime. A frame is written at once when the socket takes it (nearly always: frames are
 /// small beside the socket's buffer); what it does not take waits in an outbox, in order,
-/// for a writer task. One reader task reads every frame from the supervisor and hands answers
+/// for a writer task. A reader task reads every frame from the supervisor and hands answers
 /// to their waiters by id, cancels to the cancel flag, and the rest to
 /// [`SocketSupervisor::next_control`].
 ///
@@ -105,12 +249,11 @@ impl Shared {
 #[derive(Debug)]
 pub struct SocketSupervisor {
     socket: Arc<tokio::net::UnixStream>,
+    inbox: Arc<Inbox>,
     outbox: Arc<Outbox>,
     /// Reused to encode each frame.
     frame: RefCell<Vec<u8>>,
-    shared: Arc<Shared>,
     receivers: RefCell<HashMap<u64, oneshot::Receiver<Answer>>>,
-    /// Set and cleared by the reader only (the sender is its own), in frame order.
     cancel: watch::Receiver<bool>,
     control: tokio::sync::Mutex<mpsc::UnboundedReceiver<Control>>,
 }
@@ -118,7 +261,8 @@ pub struct SocketSupervisor {
 /// Bytes of frames the socket has not taken yet, and the writer task's state.
 #[derive(Debug, Default)]
 struct Outbox {
-    pending: Mutex<Vec<u8>>,
+    /// The bytes, and how many of them the socket has taken.
+    pending: Mutex<(Vec<u8>, usize)>,
     /// Something was queued; the writer task waits for it.
     queued: tokio::sync::Notify,
     /// The outbox is empty again (or the writer failed): for [`SocketSupervisor::flush`].
@@ -128,8 +272,13 @@ struct Outbox {
 }
 
 impl Outbox {
-    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, (Vec<u8>, usize)> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn is_empty(&self) -> bool {
+        let p = self.pending();
+        p.1 >= p.0.len()
     }
 
     fn failed(&self) -> Option<String> {
@@ -141,7 +290,11 @@ impl Outbox {
 
     fn fail(&self, why: String) {
         *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
-        self.pending().clear();
+        let mut p = self.pending();
+        p.0.clear();
+        p.1 = 0;
+        shrink(&mut p.0);
+        drop(p);
         self.drained.notify_waiters();
     }
 }
@@ -161,33 +314,44 @@ fn write_now(socket: &tokio::net::UnixStream, bytes: &[u8]) -> std::io::Result<u
     Ok(done)
 }
 
-/// The writer task: sends what [`SocketSupervisor::write`] queued, as the socket takes it.
-async fn write_loop(socket: &tokio::net::UnixStream, outbox: &Outbox) {
+/// The writer task: sends what [`SocketSupervisor::write`] queued, as the socket takes it. If
+/// writing fails the channel is over for the reader too: a request whose frame was queued
+/// gets no answer, and its caller must not wait for one.
+async fn write_loop(socket: &tokio::net::UnixStream, outbox: &Outbox, inbox: &Inbox) {
     loop {
         outbox.queued.notified().await;
         loop {
             {
-                let mut pending = outbox.pending();
-                if pending.is_empty() {
+                let mut p = outbox.pending();
+                let (bytes, sent) = &mut *p;
+                if *sent >= bytes.len() {
+                    bytes.clear();
+                    *sent = 0;
+                    shrink(bytes);
+                    drop(p);
                     outbox.drained.notify_waiters();
                     break;
                 }
-                match write_now(socket, &pending) {
+                match write_now(socket, &bytes[*sent..]) {
                     Ok(n) => {
-                        pending.drain(..n);
-                        if pending.is_empty() {
+                        *sent += n;
+                        if *sent >= bytes.len() {
                             continue;
                         }
                     }
                     Err(e) => {
-                        drop(pending);
-                        outbox.fail(e.to_string());
+                        drop(p);
+                        let why = format!("writing to the supervisor failed: {e}");
+                        outbox.fail(why.clone());
+                        inbox.stop(why);
                         return;
                     }
                 }
             }
             if let Err(e) = socket.writable().await {
-                outbox.fail(e.to_string());
+                let why = format!("writing to the supervisor failed: {e}");
+                outbox.fail(why.clone());
+                inbox.stop(why);
                 return;
             }
         }
@@ -206,29 +370,36 @@ impl SocketSupervisor {
             let _in = runtime.enter();
             Arc::new(tokio::net::UnixStream::from_std(channel)?)
         };
-        let outbox = Arc::new(Outbox::default());
-        let shared = Arc::new(Shared::default());
         let (cancel_tx, cancel) = watch::channel(false);
         let (control_tx, control) = mpsc::unbounded_channel();
-        let task_shared = Arc::clone(&shared);
-        let reader = Arc::clone(&socket);
-        runtime.spawn(async move {
-            let why = read_loop(&reader, &task_shared, &cancel_tx, &control_tx).await;
-            // Closed before the waiters go, so that a request registered after the drain
-            // sees the flag (see `send`).
-            task_shared.closed.store(true, Ordering::SeqCst);
-            task_shared.waiting().clear();
-            // A turn in progress stops: nothing it asks can be answered any more.
-            cancel_tx.send_replace(true);
-            let _ = control_tx.send(Control::Closed(why));
+        let inbox = Arc::new(Inbox {
+            waiting: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            buf: Mutex::new(Vec::new()),
+            cancel: cancel_tx,
+            control: control_tx,
         });
-        let (writer, task_outbox) = (Arc::clone(&socket), Arc::clone(&outbox));
-        runtime.spawn(async move { write_loop(&writer, &task_outbox).await });
+        let outbox = Arc::new(Outbox::default());
+        let (reader, reader_inbox) = (Arc::clone(&socket), Arc::clone(&inbox));
+        runtime.spawn(async move {
+            loop {
+                if let Err(e) = reader.readable().await {
+                    reader_inbox.stop(FrameError::from(e).to_string());
+                    return;
+                }
+                if !reader_inbox.pump(&reader, false) {
+                    return;
+                }
+            }
+        });
+        let (writer, task_outbox, task_inbox) =
+            (Arc::clone(&socket), Arc::clone(&outbox), Arc::clone(&inbox));
+        runtime.spawn(async move { write_loop(&writer, &task_outbox, &task_inbox).await });
         Ok(SocketSupervisor {
             socket,
+            inbox,
             outbox,
             frame: RefCell::new(Vec::new()),
-            shared,
             receivers: RefCell::new(HashMap::new()),
             cancel,
             control: tokio::sync::Mutex::new(control),
@@ -242,22 +413,34 @@ impl SocketSupervisor {
             return Err(LinkError::Frame(FrameError::Io(std::io::Error::other(why))));
         }
         let mut bytes = self.frame.borrow_mut();
-        encode_into(&mut bytes, frame)?;
-        let mut pending = self.outbox.pending();
-        if !pending.is_empty() {
-            pending.extend_from_slice(&bytes);
+        let encoded = encode_into(&mut bytes, frame);
+        let result = match encoded {
+            Ok(()) => self.write_encoded(&bytes),
+            Err(e) => Err(e.into()),
+        };
+        bytes.clear();
+        shrink(&mut bytes);
+        result
+    }
+
+    fn write_encoded(&self, bytes: &[u8]) -> Result<(), LinkError> {
+        let mut p = self.outbox.pending();
+        if p.1 < p.0.len() {
+            p.0.extend_from_slice(bytes);
             return Ok(());
         }
-        let done = match write_now(&self.socket, &bytes) {
+        let done = match write_now(&self.socket, bytes) {
             Ok(done) => done,
             Err(e) => {
-                drop(pending);
+                drop(p);
                 self.outbox.fail(e.to_string());
                 return Err(LinkError::Frame(FrameError::Io(e)));
             }
         };
         if done < bytes.len() {
-            pending.extend_from_slice(&bytes[done..]);
+            p.0.clear();
+            p.0.extend_from_slice(&bytes[done..]);
+            p.1 = 0;
             self.outbox.queued.notify_one();
         }
         Ok(())
@@ -268,7 +451,7 @@ impl SocketSupervisor {
     pub async fn flush(&self) {
         loop {
             let drained = self.outbox.drained.notified();
-            if self.outbox.pending().is_empty() || self.outbox.failed().is_some() {
+            if self.outbox.is_empty() || self.outbox.failed().is_some() {
                 return;
             }
             drained.await;
@@ -296,25 +479,6 @@ impl SocketSupervisor {
     }
 }
 
-/// Bytes asked for per read: most frames fit; a longer one is read in several.
-const READ_CHUNK: usize = 64 * 1024;
-
-/// Reads whatever the socket has (at least one byte, or 0 at its end), waiting on the
-/// runtime until it has something.
-async fn read_some(socket: &tokio::net::UnixStream, chunk: &mut [u8]) -> std::io::Result<usize> {
-    loop {
-        socket.readable().await?;
-        match socket.try_read(chunk) {
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                ) => {}
-            other => return other,
-        }
-    }
-}
-
 /// The first complete frame's body in `buf[*at..]`, moving `at` past it; `None` until the
 /// whole frame is there. The length is checked against the cap before anything waits for it.
 fn take_frame<'b>(buf: &'b [u8], at: &mut usize) -> Result<Option<&'b [u8]>, FrameError> {
@@ -330,84 +494,6 @@ fn take_frame<'b>(buf: &'b [u8], at: &mut usize) -> Result<Option<&'b [u8]>, Fra
     Ok(Some(body))
 }
 
-/// The reader task's loop; returns why it stopped.
-async fn read_loop(
-    reader: &tokio::net::UnixStream,
-    shared: &Shared,
-    cancel: &watch::Sender<bool>,
-    control: &mpsc::UnboundedSender<Control>,
-) -> String {
-    let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = vec![0u8; READ_CHUNK];
-    loop {
-        let mut at = 0;
-        loop {
-            match take_frame(&buf, &mut at) {
-                Ok(Some(body)) => {
-                    let frame = match decode::<SupervisorFrame>(body) {
-                        Ok(f) => f,
-                        Err(e) => return e.to_string(),
-                    };
-                    if let Some(why) = dispatch(frame, shared, cancel, control) {
-                        return why;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => return e.to_string(),
-            }
-        }
-        buf.drain(..at);
-        match read_some(reader, &mut chunk).await {
-            Ok(0) if buf.is_empty() => return "the supervisor closed the channel".into(),
-            Ok(0) => {
-                let (got, want) = match buf.first_chunk::<4>() {
-                    Some(prefix) => (buf.len() - 4, body_len(*prefix).unwrap_or(0)),
-                    None => (buf.len(), 4),
-                };
-                return FrameError::Truncated { got, want }.to_string();
-            }
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) => return FrameError::from(e).to_string(),
-        }
-    }
-}
-
-/// Hands one frame to whoever it is for; `Some(why)` when the reader is to stop.
-fn dispatch(
-    frame: SupervisorFrame,
-    shared: &Shared,
-    cancel: &watch::Sender<bool>,
-    control: &mpsc::UnboundedSender<Control>,
-) -> Option<String> {
-    match frame {
-        SupervisorFrame::Answer { id, answer } => {
-            // An answer nobody waits for (its turn was cancelled) is dropped.
-            if let Some(tx) = shared.waiting().remove(&id) {
-                let _ = tx.send(answer);
-            }
-        }
-        SupervisorFrame::Cancel => {
-            cancel.send_replace(true);
-        }
-        SupervisorFrame::Start(start) => {
-            let _ = control.send(Control::Start(Box::new(start)));
-        }
-        SupervisorFrame::UserPrompt { text } => {
-            // A new turn. A cancel read before its prompt was for no turn (a Ctrl-C
-            // between turns) and is cleared; one read after it is this turn's and stays.
-            // Cleared here, in frame order: the loop clearing it once it has taken the
-            // prompt would also lose a cancel that came right behind the prompt.
-            cancel.send_replace(false);
-            let _ = control.send(Control::UserPrompt(text));
-        }
-        SupervisorFrame::Shutdown => {
-            let _ = control.send(Control::Shutdown);
-            return Some("the supervisor ended the session".into());
-        }
-    }
-    None
-}
-
 impl Supervisor for SocketSupervisor {
     fn send(&self, id: u64, request: Request) -> Result<(), LinkError> {
         self.send_more(id, request, false)
@@ -415,15 +501,15 @@ impl Supervisor for SocketSupervisor {
 
     fn send_more(&self, id: u64, request: Request, more: bool) -> Result<(), LinkError> {
         let (tx, rx) = oneshot::channel();
-        self.shared.waiting().insert(id, tx);
-        if self.shared.closed.load(Ordering::SeqCst) {
+        self.inbox.waiting().insert(id, tx);
+        if self.inbox.closed.load(Ordering::SeqCst) {
             // The reader may have drained the map before this insert: no answer will come.
-            self.shared.waiting().remove(&id);
+            self.inbox.waiting().remove(&id);
             return Err(LinkError::Closed);
         }
         self.receivers.borrow_mut().insert(id, rx);
         if let Err(e) = self.write(&AgentFrame::Request { id, request, more }) {
-            self.shared.waiting().remove(&id);
+            self.inbox.waiting().remove(&id);
             self.receivers.borrow_mut().remove(&id);
             return Err(e);
         }
@@ -453,6 +539,9 @@ impl Supervisor for SocketSupervisor {
     }
 
     fn is_cancelled(&self) -> bool {
+        // What the socket already holds first: the reader task runs only when the loop
+        // awaits, and a cancel read late would let one more model request go out.
+        self.inbox.pump(&self.socket, true);
         *self.cancel.borrow()
     }
 }
@@ -604,6 +693,22 @@ mod tests {
         assert!(matches!(second, Answer::Paths { paths, .. } if paths[0] == BIG.to_string()));
         link.flush().await;
         drop(fake.join().unwrap());
+    }
+
+    /// A cancel that arrived while the loop was busy (it has not awaited since) is seen when
+    /// the loop asks, before it calls the model again: the reader task alone would run only
+    /// at the loop's next await, after that call went out.
+    #[tokio::test]
+    async fn a_cancel_that_came_while_the_loop_was_busy_is_seen_at_once() {
+        let (agent, mut sup) = UnixStream::pair().unwrap();
+        let link = SocketSupervisor::new(agent).unwrap();
+        let prompt = SupervisorFrame::UserPrompt { text: "go".into() };
+        write_frame(&mut sup, &prompt).unwrap();
+        assert_eq!(link.next_control().await, Control::UserPrompt("go".into()));
+        // No await from here on: the runtime does not run the reader task.
+        write_frame(&mut sup, &SupervisorFrame::Cancel).unwrap();
+        assert!(link.is_cancelled(), "a cancel on the socket was not seen");
+        drop(sup);
     }
 
     #[tokio::test]
