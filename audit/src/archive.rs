@@ -360,6 +360,65 @@ mod tests {
         l
     }
 
+    /// A journal whose first line names archive 0 with `sha256`, and that archive holding
+    /// `held` (any bytes, as a planted file would).
+    fn lane_with_archive(dir: &Path, held: &[u8], sha256_hex: String) {
+        let event = PrunedEvent {
+            by: "20261204T000000Z-0123456789abcdef".into(),
+            key_id: "00000000".into(),
+            sessions: 1,
+            first: "20261204T000000Z-0123456789abcdef".into(),
+            last: crate::events::Attest {
+                session: "20261204T000000Z-0123456789abcdef".into(),
+                state: crate::events::AttestState::Closed,
+                lines: 1,
+                head: "0".repeat(64),
+            },
+            journal_lines: 1,
+            journal_bytes: held.len() as u64,
+            from_time: String::new(),
+            to_time: String::new(),
+            retention: crate::events::Retention::default(),
+            archive: Some(ArchiveRef {
+                seq: 0,
+                bytes: held.len() as u64,
+                lines: 1,
+                sha256: sha256_hex,
+            }),
+        };
+        let mut record = Vec::new();
+        line::build(
+            &mut record,
+            &line::NewLine {
+                seq: 0,
+                epoch: 0,
+                time_ms: 0,
+                prev: &[0; 32],
+                kind: KIND_PRUNED,
+                event: &serde_json::to_value(&event).unwrap(),
+            },
+            &[7; 32],
+        )
+        .unwrap();
+        std::fs::write(dir.join("journal.jsonl"), &record).unwrap();
+        std::fs::write(dir.join(archive_file_name(0, 0)), encode(held)).unwrap();
+    }
+
+    /// `show` and `list` follow a journal's archives unauthenticated: an archive that does not
+    /// decode to the SHA-256 its record names is not read. Control: with the right SHA-256,
+    /// the same archive is.
+    #[test]
+    fn unauthenticated_reading_believes_no_archive_its_record_does_not_name() {
+        let held = b"an archived line\n";
+        for (sha, files) in [(crate::util::hex(&sha256(held)), 2), ("0".repeat(64), 1)] {
+            let dir = tempfile::tempdir().unwrap();
+            lane_with_archive(dir.path(), held, sha);
+            let journal = dir.path().join("journal.jsonl");
+            let data = std::fs::read(&journal).unwrap();
+            assert_eq!(lane_files(dir.path(), 0, (journal, data)).len(), files);
+        }
+    }
+
     #[test]
     fn names_round_trip() {
         assert_eq!(archive_file_name(0, 3), "journal.a3.z");

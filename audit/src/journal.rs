@@ -36,8 +36,8 @@ use crate::events::KIND_START;
 use crate::fsx;
 use crate::keys::MacKey;
 use crate::layout::split_lines;
-use crate::line::{self, NewLine, MAX_LINE_BYTES};
-use crate::util::{now_ms, Hash};
+use crate::line::{self, MAX_LINE_BYTES};
+use crate::util::Hash;
 
 /// How many lanes a project may have: sessions running at the same time in one project.
 pub(crate) const MAX_LANES: u64 = 64;
@@ -195,23 +195,7 @@ pub(crate) fn write_tail(
     uid: u32,
     sync: bool,
 ) -> Result<(), AuditError> {
-    let mut buf = Vec::with_capacity(512);
-    line::build(
-        &mut buf,
-        &NewLine {
-            seq: 0,
-            epoch: 0,
-            time_ms: now_ms(),
-            prev: head,
-            kind,
-            event,
-        },
-        key.bytes(),
-    )
-    .map_err(|e| AuditError::Format {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let buf = line::record(path, head, kind, event, key)?;
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)

@@ -109,6 +109,36 @@ pub(crate) fn build(
     Ok(())
 }
 
+/// A line that stands alone at a file's start (a tail state, a retention or archive record):
+/// `seq` and `epoch` 0, the current time, `prev` naming what it follows, MACed under `key`.
+/// The error names `path` (the file it is for).
+pub(crate) fn record(
+    path: &std::path::Path,
+    prev: &Hash,
+    kind: &str,
+    event: &Value,
+    key: &crate::keys::MacKey,
+) -> Result<Vec<u8>, crate::AuditError> {
+    let mut buf = Vec::with_capacity(512);
+    build(
+        &mut buf,
+        &NewLine {
+            seq: 0,
+            epoch: 0,
+            time_ms: util::now_ms(),
+            prev,
+            kind,
+            event,
+        },
+        key.bytes(),
+    )
+    .map_err(|e| crate::AuditError::Format {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    Ok(buf)
+}
+
 /// Splits a line (without its newline) into the MACed prefix and the MAC, if the line ends
 /// with the exact suffix shape.
 pub(crate) fn split_mac(line: &[u8]) -> Option<(&[u8], Hash)> {

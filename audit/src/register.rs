@@ -637,23 +637,13 @@ impl LockedRegister {
             },
             records: self.view.records.clone(),
         };
-        let mut record = Vec::new();
-        line::build(
-            &mut record,
-            &line::NewLine {
-                seq: 0,
-                epoch: 0,
-                time_ms: crate::util::now_ms(),
-                prev: &self.view.head,
-                kind: crate::events::KIND_REGISTER_ARCHIVE,
-                event: &serde_json::to_value(&event).unwrap_or(serde_json::Value::Null),
-            },
-            key.bytes(),
-        )
-        .map_err(|e| AuditError::Format {
-            path: self.path.clone(),
-            reason: e.to_string(),
-        })?;
+        let record = line::record(
+            &self.path,
+            &self.view.head,
+            crate::events::KIND_REGISTER_ARCHIVE,
+            &serde_json::to_value(&event).unwrap_or(serde_json::Value::Null),
+            key,
+        )?;
         let reg_name = self
             .path
             .file_name()

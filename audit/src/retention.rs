@@ -23,7 +23,7 @@ use crate::fsx;
 use crate::journal::{self, segments};
 use crate::keys::MacKey;
 use crate::layout::split_lines;
-use crate::line::{self, NewLine};
+use crate::line;
 use crate::util::{format_time, now_ms, parse_time, sha256};
 
 /// What a rewrite of the lane does with the sessions it takes out of the journal.
@@ -225,23 +225,13 @@ pub(crate) fn prune_if_due(a: &PruneArgs<'_>) -> Result<Option<Pruned>, AuditErr
         retention: r,
         archive,
     };
-    let mut record = Vec::new();
-    line::build(
-        &mut record,
-        &NewLine {
-            seq: 0,
-            epoch: 0,
-            time_ms: now_ms(),
-            prev: &last_head,
-            kind: KIND_PRUNED,
-            event: &serde_json::to_value(&ev).unwrap_or(serde_json::Value::Null),
-        },
-        a.index_key.bytes(),
-    )
-    .map_err(|e| AuditError::Format {
-        path: a.path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let record = line::record(
+        a.path,
+        &last_head,
+        KIND_PRUNED,
+        &serde_json::to_value(&ev).unwrap_or(serde_json::Value::Null),
+        a.index_key,
+    )?;
     let kept = &data[keep_from..];
     let tmp = a
         .dir

@@ -26,28 +26,9 @@ use garuda_ipc::{
 use garuda_policy::engine::{Context, Engine};
 use garuda_policy::{Flags, HostEnv, SourceKind};
 use garuda_supervisor::broker::host::{Approval, Approver, CommandRunner, SessionTools};
-use garuda_supervisor::broker::server::{AuditSink, Broker};
+use garuda_supervisor::broker::server::Broker;
 use garuda_supervisor::broker::FileTools;
 use serde_json::{json, Value};
-
-#[derive(Clone)]
-struct Shared(Arc<Mutex<Option<SessionWriter>>>);
-
-impl AuditSink for Shared {
-    fn record(&mut self, kind: &str, event: Value) -> Result<(), String> {
-        let mut w = self.0.lock().unwrap();
-        let w = w.as_mut().unwrap();
-        w.append(kind, event).map(|_| ()).map_err(|e| e.to_string())
-    }
-
-    fn make_durable(&mut self) -> Result<(), String> {
-        let mut w = self.0.lock().unwrap();
-        w.as_mut()
-            .unwrap()
-            .make_durable()
-            .map_err(|e| e.to_string())
-    }
-}
 
 /// Answers every question with `yes` and counts them.
 struct Says {
@@ -127,7 +108,7 @@ fn converse(world: &World, user: &str, yes: bool, requests: Vec<Request>) -> Run
         json!({"tool": "broker evil-client test", "conversation": mark}),
     )
     .unwrap();
-    let audit = Shared(Arc::new(Mutex::new(Some(writer))));
+    let audit = common::SharedAudit(Arc::new(Mutex::new(Some(writer))));
     let asked = Arc::new(Mutex::new(Vec::new()));
     let (mut client, server) = UnixStream::pair().unwrap();
 

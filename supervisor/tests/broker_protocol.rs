@@ -63,34 +63,11 @@ impl ToolHost for EchoTools {
     }
 }
 
-/// The audit session the broker writes into, shared with the test.
-#[derive(Clone)]
-struct Shared(Arc<std::sync::Mutex<Option<SessionWriter>>>);
-
-impl AuditSink for Shared {
-    fn record(&mut self, kind: &str, event: Value) -> Result<(), String> {
-        let mut w = self.0.lock().unwrap();
-        w.as_mut()
-            .unwrap()
-            .append(kind, event)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    }
-
-    fn make_durable(&mut self) -> Result<(), String> {
-        let mut w = self.0.lock().unwrap();
-        w.as_mut()
-            .unwrap()
-            .make_durable()
-            .map_err(|e| e.to_string())
-    }
-}
-
 struct World {
     _w: common::World,
     garuda_home: std::path::PathBuf,
     project: std::path::PathBuf,
-    audit: Shared,
+    audit: common::SharedAudit,
 }
 
 impl World {
@@ -104,7 +81,7 @@ impl World {
             _w: w,
             garuda_home,
             project,
-            audit: Shared(Arc::new(std::sync::Mutex::new(Some(writer)))),
+            audit: common::SharedAudit(Arc::new(std::sync::Mutex::new(Some(writer)))),
         }
     }
 
@@ -614,7 +591,7 @@ fn a_violation_reason_carries_no_terminal_escape() {
 /// The session's audit log, whose sync fails (a full or failing disk) when `fail` is set.
 #[derive(Clone)]
 struct SyncFails {
-    log: Shared,
+    log: common::SharedAudit,
     fail: bool,
 }
 
@@ -627,14 +604,7 @@ impl AuditSink for SyncFails {
         if self.fail {
             return Err("fdatasync: no space left on device".into());
         }
-        self.log
-            .0
-            .lock()
-            .unwrap()
-            .as_mut()
-            .unwrap()
-            .make_durable()
-            .map_err(|e| e.to_string())
+        self.log.make_durable()
     }
 }
 

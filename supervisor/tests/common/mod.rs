@@ -125,3 +125,27 @@ pub fn on_a_terminal(
         .expect("type the answers");
     child.wait_with_output().expect("wait for script")
 }
+
+/// The audit session a broker under test writes into, shared with the test (which closes it
+/// and verifies the log afterwards).
+#[derive(Clone)]
+pub struct SharedAudit(pub std::sync::Arc<std::sync::Mutex<Option<garuda_audit::SessionWriter>>>);
+
+impl garuda_supervisor::broker::server::AuditSink for SharedAudit {
+    fn record(&mut self, kind: &str, event: serde_json::Value) -> Result<(), String> {
+        let mut w = self.0.lock().expect("audit lock");
+        w.as_mut()
+            .expect("an open audit session")
+            .append(kind, event)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn make_durable(&mut self) -> Result<(), String> {
+        let mut w = self.0.lock().expect("audit lock");
+        w.as_mut()
+            .expect("an open audit session")
+            .make_durable()
+            .map_err(|e| e.to_string())
+    }
+}
