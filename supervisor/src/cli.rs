@@ -378,6 +378,44 @@ enum PolicyCmd {
 /// Run the CLI; returns the process exit code.
 pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().collect();
+    // The landlock executor's namespaces are made on the other core meanwhile (see
+    // `executor::ahead`), from the first moment: read before the parser.
+    if may_run_landlock(&args) {
+        crate::executor::ahead::prepare();
+    }
+    let code = run(args);
+    // A helper whose namespaces no sandbox took (another executor ran, or none did) is reaped
+    // before the process ends: nothing Garuda started outlives it.
+    crate::executor::ahead::discard();
+    code
+}
+
+/// Whether `args` run `garuda sandbox` with an executor that may be landlock: no `--executor`
+/// before the command, or `auto` or `landlock` (the executor that `auto` picks wherever it can
+/// run; a policy that picks another leaves the namespaces unused, and they are discarded).
+fn may_run_landlock(args: &[OsString]) -> bool {
+    if args.get(1).and_then(|a| a.to_str()) != Some("sandbox") {
+        return false;
+    }
+    let mut rest = args.iter().skip(2);
+    while let Some(arg) = rest.next() {
+        let arg = arg.to_string_lossy();
+        if arg == "--" {
+            break;
+        }
+        let value = if arg == "--executor" {
+            rest.next().map(|v| v.to_string_lossy().into_owned())
+        } else if let Some(v) = arg.strip_prefix("--executor=") {
+            Some(v.to_string())
+        } else {
+            continue;
+        };
+        return matches!(value.as_deref(), Some("auto" | "landlock"));
+    }
+    true
+}
+
+fn run(args: Vec<OsString>) -> i32 {
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => return parse_failed(e, &args),

@@ -57,7 +57,6 @@ use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::sys;
@@ -70,9 +69,6 @@ pub const MAX_NAMES: usize = 16;
 
 /// Bytes of one datagram read; the question of a query is at its start.
 pub const MAX_DATAGRAM: usize = 4096;
-
-/// Name of the stub's thread (at most 15 bytes, as Linux keeps them).
-pub const THREAD_NAME: &str = "garuda-dnsstub";
 
 /// How long the supervisor waits for the sandbox's setup to hand over the sockets.
 const HANDOFF_TIMEOUT: Duration = Duration::from_secs(30);
@@ -216,10 +212,22 @@ pub(crate) fn handoff(addresses: &[IpAddr]) -> io::Result<(Receiver, OwnedFd, sy
 }
 
 impl Receiver {
+    /// One descriptor sent ahead of the sockets (the namespaces of
+    /// [`crate::executor::ahead`]), waiting at most `timeout`; `None` when the sender ended
+    /// or failed first.
+    pub(crate) fn receive_fd(&self, timeout: Duration) -> Option<OwnedFd> {
+        self.channel.set_read_timeout(Some(timeout)).ok()?;
+        sys::recv_fd(&self.channel).ok().flatten()
+    }
+
     /// Receives the sockets the setup made (until it closes its end) and starts the stub on
     /// them; `None` when there are none or the stub cannot start (the command then simply
     /// gets no answer from a local port: an immediate error, as without a stub).
-    pub(crate) fn receive(self) -> Option<Stub> {
+    pub(crate) fn receive_answering(self) -> Option<Answering> {
+        Answering::new(self.sockets()?).ok()
+    }
+
+    fn sockets(self) -> Option<Vec<UdpSocket>> {
         let _ = self.channel.set_read_timeout(Some(HANDOFF_TIMEOUT));
         let mut sockets = Vec::new();
         while sockets.len() < MAX_RESOLVERS {
@@ -228,105 +236,69 @@ impl Receiver {
                 Ok(None) | Err(_) => break,
             }
         }
-        if sockets.is_empty() {
-            return None;
-        }
-        Stub::start(sockets).ok()
+        (!sockets.is_empty()).then_some(sockets)
     }
 }
 
-/// A running stub: one thread answering every query on the sockets `REFUSED` and recording
-/// the names, until [`Stub::stop`].
+/// The stub served by the thread that waits for the sandbox (see [`sys::WhileWaiting`]):
+/// the same answers as [`Stub`]'s, without a thread of its own.
 #[derive(Debug)]
-pub struct Stub {
-    stop: Option<OwnedFd>,
-    thread: Option<JoinHandle<Lookups>>,
+pub struct Answering {
+    sockets: Vec<UdpSocket>,
+    lookups: Lookups,
+    buf: Vec<u8>,
 }
 
-impl Stub {
-    /// Serve `sockets` (UDP, bound) on a thread of its own.
+impl Answering {
+    /// Answer on `sockets` (UDP, bound) whenever the waiting thread finds them readable.
     ///
     /// # Errors
     ///
-    /// When a socket cannot be made non-blocking, or the pipe or thread cannot be made.
-    pub fn start(sockets: Vec<UdpSocket>) -> io::Result<Stub> {
+    /// When a socket cannot be made non-blocking.
+    pub fn new(sockets: Vec<UdpSocket>) -> io::Result<Answering> {
         for socket in &sockets {
             socket.set_nonblocking(true)?;
         }
-        let (stop_rx, stop_tx) = sys::pipe()?;
-        let thread = std::thread::Builder::new()
-            .name(THREAD_NAME.into())
-            .spawn(move || serve(&sockets, &stop_rx))?;
-        Ok(Stub {
-            stop: Some(stop_tx),
-            thread: Some(thread),
+        Ok(Answering {
+            sockets,
+            lookups: Lookups::default(),
+            buf: vec![0u8; MAX_DATAGRAM],
         })
     }
 
     /// Stop answering (the sockets close) and return what was asked.
-    pub fn stop(mut self) -> Lookups {
-        self.shutdown()
-    }
-
-    fn shutdown(&mut self) -> Lookups {
-        // Closing the pipe's only write end wakes the thread (POLLHUP on the read end).
-        drop(self.stop.take());
-        self.thread
-            .take()
-            .and_then(|t| t.join().ok())
-            .unwrap_or_default()
+    pub fn finish(self) -> Lookups {
+        self.lookups
     }
 }
 
-impl Drop for Stub {
-    fn drop(&mut self) {
-        self.shutdown();
+impl sys::WhileWaiting for Answering {
+    fn fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.sockets.iter().map(AsRawFd::as_raw_fd).collect()
+    }
+
+    fn ready(&mut self, index: usize) {
+        if let Some(socket) = self.sockets.get(index) {
+            answer_waiting(socket, &mut self.buf, &mut self.lookups);
+        }
     }
 }
 
-/// The stub's thread: until `stop` becomes readable, answer every datagram.
-fn serve(sockets: &[UdpSocket], stop: &OwnedFd) -> Lookups {
-    let mut lookups = Lookups::default();
-    let mut buf = vec![0u8; MAX_DATAGRAM];
-    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(sockets.len() + 1);
-    loop {
-        fds.clear();
-        let entry = |fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        fds.push(entry(stop.as_raw_fd()));
-        fds.extend(sockets.iter().map(|s| entry(s.as_raw_fd())));
-        match sys::poll(&mut fds, -1) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+/// Answer what waits on `socket`, at most a bounded batch.
+fn answer_waiting(socket: &UdpSocket, buf: &mut [u8], lookups: &mut Lookups) {
+    for _ in 0..64 {
+        let (len, from) = match socket.recv_from(buf) {
+            Ok(got) => got,
             Err(_) => break,
-        }
-        if fds[0].revents != 0 {
-            break;
-        }
-        for (socket, fd) in sockets.iter().zip(&fds[1..]) {
-            if fd.revents == 0 {
-                continue;
-            }
-            // Drain what is waiting, at most a bounded batch per wake-up per socket.
-            for _ in 0..64 {
-                let (len, from) = match socket.recv_from(&mut buf) {
-                    Ok(got) => got,
-                    Err(_) => break,
-                };
-                let Some(query) = parse_query(&buf[..len]) else {
-                    continue;
-                };
-                let _ = socket.send_to(&refused(&buf[..len], &query), from);
-                if let Some(name) = query.name {
-                    lookups.record(name);
-                }
-            }
+        };
+        let Some(query) = parse_query(&buf[..len]) else {
+            continue;
+        };
+        let _ = socket.send_to(&refused(&buf[..len], &query), from);
+        if let Some(name) = query.name {
+            lookups.record(name);
         }
     }
-    lookups
 }
 
 /// What the stub needs of a query.
@@ -566,24 +538,29 @@ mod tests {
     }
 
     /// The stub on a real socket: a query gets `REFUSED` and its name is recorded; nothing is
-    /// recorded for a stub nobody asks (the control).
+    /// recorded for a stub nobody asks (the control). `ready` is what the waiting thread
+    /// calls when the socket is readable (a loopback datagram is there once `send_to` returns).
     #[test]
     fn the_stub_answers_and_records() {
-        let idle = Stub::start(vec![UdpSocket::bind("127.0.0.1:0").unwrap()]).unwrap();
-        assert!(idle.stop().is_empty());
+        use crate::sys::WhileWaiting;
+        let mut idle = Answering::new(vec![UdpSocket::bind("127.0.0.1:0").unwrap()]).unwrap();
+        idle.ready(0);
+        assert!(idle.finish().is_empty());
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
         let addr = socket.local_addr().unwrap();
-        let stub = Stub::start(vec![socket]).unwrap();
+        let mut stub = Answering::new(vec![socket]).unwrap();
+        assert_eq!(stub.fds().len(), 1);
         let client = UdpSocket::bind("127.0.0.1:0").unwrap();
         client
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         client.send_to(&query_bytes("example.test."), addr).unwrap();
+        stub.ready(0);
         let mut buf = [0u8; 512];
         let len = client.recv(&mut buf).unwrap();
         let reply = Message::from_vec(&buf[..len]).unwrap();
         assert_eq!(reply.metadata.response_code, ResponseCode::Refused);
-        let lookups = stub.stop();
+        let lookups = stub.finish();
         assert_eq!(lookups.names(), ["example.test"]);
         assert_eq!(lookups.queries(), 1);
     }

@@ -244,6 +244,10 @@ impl ToolHost for Shown<'_, '_> {
     ) -> (Answer, Option<Value>) {
         self.shown(request, |tools| tools.call_released(request, release))
     }
+
+    fn after_command(&mut self) {
+        self.inner.after_command();
+    }
 }
 
 impl Shown<'_, '_> {
@@ -1036,6 +1040,11 @@ fn command_executor(
     }
     if !sandboxed {
         return Ok((false, None));
+    }
+    if selection.executor.kind() == crate::executor::ExecutorKind::Landlock {
+        // The first command's namespaces (see `crate::executor::ahead`); the broker makes the
+        // next ones after each command.
+        crate::executor::ahead::prepare();
     }
     Ok((
         true,

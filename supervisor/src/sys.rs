@@ -253,8 +253,13 @@ fn decode_status(status: libc::c_int) -> RawExit {
 
 /// Wait for `pid`; if `timeout` passes first, SIGKILL it (and so, through the death signal,
 /// its whole sandbox), reap it and return `None`.
-pub fn wait_pid(pid: libc::pid_t, timeout: Option<Duration>) -> io::Result<Option<RawExit>> {
-    let exited = wait_exited(pid, timeout)?;
+/// Meanwhile it answers `serving`'s descriptors (see [`WhileWaiting`]).
+pub fn wait_pid_serving(
+    pid: libc::pid_t,
+    timeout: Option<Duration>,
+    serving: Option<&mut dyn WhileWaiting>,
+) -> io::Result<Option<RawExit>> {
+    let exited = wait_exited_serving(pid, timeout, serving)?;
     if !exited {
         let _ = kill(pid, libc::SIGKILL);
         wait_exited(pid, None)?;
@@ -266,28 +271,63 @@ pub fn wait_pid(pid: libc::pid_t, timeout: Option<Duration>) -> io::Result<Optio
     Ok(exited.then_some(status))
 }
 
+/// Descriptors the thread that waits for a sandbox answers while it waits: the resolver
+/// stub's sockets ([`crate::dnsstub::Answering`]). Served there instead of on a thread of
+/// their own, whose start and join (about 0.3 ms, after the command) the run would wait for.
+pub trait WhileWaiting {
+    /// The descriptors to poll beside the child (readable: [`WhileWaiting::ready`]).
+    fn fds(&self) -> Vec<RawFd>;
+    /// The descriptor at `index` of [`WhileWaiting::fds`] has something to read (or an
+    /// error to collect).
+    fn ready(&mut self, index: usize);
+}
+
 /// Waits until `pid` (a child of this process) has exited, without reaping it; `false` when
 /// `timeout` passed first (the child still runs).
 pub fn wait_exited(pid: libc::pid_t, timeout: Option<Duration>) -> io::Result<bool> {
-    use rustix::event::{PollFd, PollFlags, Timespec};
+    wait_exited_serving(pid, timeout, None)
+}
+
+/// [`wait_exited`], answering `serving`'s descriptors meanwhile.
+pub fn wait_exited_serving(
+    pid: libc::pid_t,
+    timeout: Option<Duration>,
+    mut serving: Option<&mut dyn WhileWaiting>,
+) -> io::Result<bool> {
     let pid = rustix::process::Pid::from_raw(pid)
         .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
     let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?;
     let deadline = timeout.map(|limit| Instant::now() + limit);
+    let extra = serving.as_ref().map(|s| s.fds()).unwrap_or_default();
+    let entry = |fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(1 + extra.len());
     loop {
-        let left = deadline.map(|d| {
+        // Whole milliseconds, rounded up: poll never wakes before the deadline.
+        let left_ms = deadline.map_or(-1, |d| {
             let left = d.saturating_duration_since(Instant::now());
-            Timespec {
-                tv_sec: left.as_secs().min(i64::MAX as u64) as i64,
-                tv_nsec: i64::from(left.subsec_nanos()),
-            }
+            libc::c_int::try_from(left.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX)
         });
-        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, left.as_ref()) {
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-            Ok(n) if n > 0 => return Ok(true),
+        fds.clear();
+        fds.push(entry(pidfd.as_raw_fd()));
+        fds.extend(extra.iter().map(|fd| entry(*fd)));
+        match poll(&mut fds, left_ms) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
             Ok(_) => {}
+        }
+        if fds[0].revents != 0 {
+            return Ok(true);
+        }
+        if let Some(serving) = serving.as_deref_mut() {
+            for (index, fd) in fds[1..].iter().enumerate() {
+                if fd.revents != 0 {
+                    serving.ready(index);
+                }
+            }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(false);
@@ -295,7 +335,7 @@ pub fn wait_exited(pid: libc::pid_t, timeout: Option<Duration>) -> io::Result<bo
     }
 }
 
-/// Reap `pid` (a child of this process), waiting for it to exit. Unlike [`wait_pid`] it leaves
+/// Reap `pid` (a child of this process), waiting for it to exit. Unlike [`wait_pid_serving`] it leaves
 /// the signal forwarding of [`forward_signals_to`] alone: the agent's sandbox ends while a
 /// command may still be registered there.
 pub fn reap_child(pid: libc::pid_t) -> io::Result<RawExit> {
@@ -686,6 +726,10 @@ pub struct NativePlan {
     /// [`crate::executor::Executor::run_released`]), and kills the sandbox instead if that
     /// failed. A closed pipe without the byte also stops the command.
     pub release: Option<(RawFd, RawFd)>,
+    /// A user namespace and a network namespace made ahead by [`spawn_namespace_helper`]
+    /// (user, net; both close-on-exec): outer joins them instead of making its own, and its
+    /// id maps, loopback and resolver stub are already there. `None`: outer makes them.
+    pub namespaces: Option<(RawFd, RawFd)>,
 }
 
 /// The descriptor number at which [`NativePlan::pass_fd`] reaches the command.
@@ -877,6 +921,8 @@ pub enum Stage {
     PassFd = 30,
     /// Waiting for the supervisor's release ([`NativePlan::release`]).
     Release = 31,
+    /// Joining the user and network namespaces made ahead ([`NativePlan::namespaces`]).
+    JoinNamespaces = 32,
     /// Mount step N is reported as `MOUNT_BASE + N`.
     MountBase = 1000,
 }
@@ -952,7 +998,7 @@ const STDIO_DUPS: [fn(std::os::fd::BorrowedFd<'static>) -> rustix::io::Result<()
 /// Exit code of a child whose setup failed before the command ran.
 pub const SETUP_FAILED_EXIT: i32 = 125;
 
-/// Fork the native sandbox. Returns the pid of the outer child; wait for it with [`wait_pid`].
+/// Fork the native sandbox. Returns the pid of the outer child; wait for it with [`wait_pid_serving`].
 ///
 /// Process layout: `outer` (new user, mount, net, IPC, UTS, cgroup namespaces; builds the
 /// mounts; waits) → `init` (PID 1 of a new PID namespace: mounts `/proc`, bounds `pid_max`,
@@ -978,15 +1024,8 @@ pub fn spawn_native(plan: &NativePlan) -> io::Result<libc::pid_t> {
 fn outer_main(plan: &NativePlan) -> ! {
     let rep = plan.report_fd;
     // The supervisor's signal forwarding handler is inherited across fork; this process never
-    // execs and the sandbox's PID 1 only at the end of its setup, so put the default actions
-    // back (sigaction is async-signal-safe; the all-zero action is SIG_DFL with an empty mask,
-    // on the stack).
-    for signal in FORWARDED {
-        // SAFETY: sigaction is plain data and all-zero is SIG_DFL; no allocation after fork.
-        let default: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: `default` is a valid action; the old one is not wanted (null).
-        unsafe { libc::sigaction(signal, &default, std::ptr::null_mut()) };
-    }
+    // execs and the sandbox's PID 1 only at the end of its setup.
+    default_forwarded_signals();
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     if rustix::process::getppid().map(rustix::process::Pid::as_raw_pid) != Some(plan.parent_pid) {
         report(rep, Stage::ParentGone as u32, 0);
@@ -1006,24 +1045,41 @@ fn outer_main(plan: &NativePlan) -> ! {
             exit_now(SETUP_FAILED_EXIT)
         }
     }
-    let flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
+    let rest = libc::CLONE_NEWNS
         | libc::CLONE_NEWPID
-        | libc::CLONE_NEWNET
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWCGROUP;
-    // SAFETY: unshare takes flags only.
-    if unsafe { libc::unshare(flags) } != 0 {
-        fail(rep, Stage::Unshare as u32);
-    }
-    if let Err(e) = write_id_maps(&plan.uid_map, &plan.gid_map) {
-        report(rep, Stage::IdMaps as u32, e);
-        exit_now(SETUP_FAILED_EXIT)
-    }
-    if let Err(e) = loopback_up() {
-        report(rep, Stage::Loopback as u32, e);
-        exit_now(SETUP_FAILED_EXIT)
+    if let Some((user, net)) = plan.namespaces {
+        // The user namespace first: it owns the network namespace, and joining it gives this
+        // process the capabilities that joining the network namespace and the `unshare` below
+        // need. Each call names the type it expects, so a descriptor of another kind of
+        // namespace is refused (EINVAL), not joined.
+        // SAFETY: setns on the plan's descriptors (open here until this process exits) with
+        // a namespace type; no memory is passed.
+        let joined = unsafe {
+            libc::setns(user, libc::CLONE_NEWUSER) == 0 && libc::setns(net, libc::CLONE_NEWNET) == 0
+        };
+        if !joined {
+            fail(rep, Stage::JoinNamespaces as u32);
+        }
+        // SAFETY: unshare takes flags only.
+        if unsafe { libc::unshare(rest) } != 0 {
+            fail(rep, Stage::Unshare as u32);
+        }
+    } else {
+        // SAFETY: unshare takes flags only.
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET | rest) } != 0 {
+            fail(rep, Stage::Unshare as u32);
+        }
+        if let Err(e) = write_id_maps(&plan.uid_map, &plan.gid_map) {
+            report(rep, Stage::IdMaps as u32, e);
+            exit_now(SETUP_FAILED_EXIT)
+        }
+        if let Err(e) = loopback_up() {
+            report(rep, Stage::Loopback as u32, e);
+            exit_now(SETUP_FAILED_EXIT)
+        }
     }
     if let Some(bridge) = &plan.bridge {
         if let Err((stage, e)) = bridge_handoff(bridge) {
@@ -1062,6 +1118,215 @@ fn outer_main(plan: &NativePlan) -> ! {
         Err(_) => SETUP_FAILED_EXIT,
     };
     exit_now(code)
+}
+
+/// Put the default actions of the forwarded signals back in a forked child (sigaction is
+/// async-signal-safe; the all-zero action is SIG_DFL with an empty mask, on the stack).
+fn default_forwarded_signals() {
+    for signal in FORWARDED {
+        // SAFETY: sigaction is plain data and all-zero is SIG_DFL; no allocation after fork.
+        let default: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: `default` is a valid action; the old one is not wanted (null).
+        unsafe { libc::sigaction(signal, &default, std::ptr::null_mut()) };
+    }
+}
+
+/// What the helper of [`spawn_namespace_helper`] needs, made before it starts.
+#[derive(Debug)]
+pub struct NamespacePlan {
+    /// Contents of the new user namespace's `/proc/self/uid_map`.
+    pub uid_map: Vec<u8>,
+    /// Contents of its `/proc/self/gid_map`.
+    pub gid_map: Vec<u8>,
+    /// The parent's pid: the helper dies with it and checks it is alive.
+    pub parent_pid: libc::pid_t,
+    /// The resolver stub's addresses, and the helper's end of the channel over which it
+    /// sends, in this order, its user namespace, its network namespace, then the stub's
+    /// sockets (see [`dns_handoff`]); it closes the channel when done.
+    pub handoff: DnsHandoff,
+}
+
+/// Size of a namespace helper's stack (it needs a few KiB; the lowest page is a guard).
+const HELPER_STACK: usize = 128 * 1024;
+
+/// A running (or finished) namespace helper: its pid, and the plan and stack it uses, which
+/// live until it is reaped. Dropping it kills and reaps the helper first.
+#[derive(Debug)]
+pub struct NamespaceHelper {
+    pid: libc::pid_t,
+    /// Read by the helper: never touched until it is reaped.
+    plan: Box<NamespacePlan>,
+    /// The helper's stack mapping (address, length); unmapped once it is reaped.
+    stack: (usize, usize),
+    reaped: bool,
+}
+
+impl NamespaceHelper {
+    /// Wait for the helper to exit (it does right after its last socket), then release its
+    /// stack.
+    pub fn finish(mut self) {
+        let _ = reap(self.pid);
+        self.reaped = true;
+    }
+}
+
+impl Drop for NamespaceHelper {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = kill(self.pid, libc::SIGKILL);
+            let _ = reap(self.pid);
+        }
+        // SAFETY: the mapping is the one made for the helper's stack, and the helper, the
+        // only user of it, has exited (reaped above or by `finish`).
+        unsafe { libc::munmap(self.stack.0 as *mut libc::c_void, self.stack.1) };
+    }
+}
+
+/// Start a helper that makes, ahead of the next native sandbox, what its outer process would
+/// otherwise make first: a user namespace with the user mapped to itself and a network
+/// namespace with loopback up and the resolver stub's sockets bound. The helper sends both
+/// namespaces and the sockets over the plan's channel and exits (the descriptors keep the
+/// namespaces alive). A helper that fails just ends the channel early: the sandbox then
+/// makes its own namespaces, and reports any failure at its own stage.
+///
+/// Why: making a network namespace is the largest single cost of a sandbox's setup (about
+/// half a millisecond here); the helper makes it on the other core while the supervisor loads
+/// the policy and opens the audit session (see `crate::executor::ahead`).
+///
+/// The helper is a `clone(CLONE_VM)` child on a stack of its own, not a `fork`: a forked
+/// copy would make every page the supervisor writes meanwhile a copy-on-write fault, which
+/// cost the supervisor more than the helper saved (measured: its own work 1.1 → 2.0 ms).
+/// Sharing the memory is sound because the helper only reads its plan (boxed here, untouched
+/// until it is reaped) and makes raw system calls through rustix, which set no `errno` (the
+/// one piece of the supervisor's thread state it would otherwise write); every signal is
+/// blocked in it, so no handler of the supervisor's runs on its stack.
+pub fn spawn_namespace_helper(plan: NamespacePlan) -> io::Result<NamespaceHelper> {
+    let plan = Box::new(plan);
+    // SAFETY: a fresh anonymous private mapping; no address hint, nothing else refers to it.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            HELPER_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let mut helper = NamespaceHelper {
+        pid: 0,
+        plan,
+        stack: (base as usize, HELPER_STACK),
+        reaped: true,
+    };
+    // SAFETY: the lowest page of the mapping made above becomes its guard: an overflow faults
+    // instead of writing below the stack.
+    if unsafe { libc::mprotect(base, page_size(), libc::PROT_NONE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let plan_ptr = std::ptr::from_ref::<NamespacePlan>(&*helper.plan) as *mut libc::c_void;
+    let top = (base as usize + HELPER_STACK) as *mut libc::c_void;
+    let old = block_all_signals()?;
+    // SAFETY: the child runs `namespace_helper_entry` on the stack mapped above (16-byte
+    // aligned top), with the plan's address; both stay valid and unmodified until the child
+    // is reaped (`NamespaceHelper` owns them and reaps before it releases them). Without
+    // CLONE_VFORK the parent goes on at once; see above for why the shared memory is sound.
+    let pid = unsafe {
+        libc::clone(
+            namespace_helper_entry,
+            top,
+            libc::CLONE_VM | libc::SIGCHLD,
+            plan_ptr,
+        )
+    };
+    let spawned = if pid < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    };
+    restore_signals(&old);
+    spawned?;
+    helper.pid = pid;
+    helper.reaped = false;
+    Ok(helper)
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf with a valid name has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096)
+}
+
+/// Block every signal in this thread; returns the mask to restore.
+fn block_all_signals() -> io::Result<libc::sigset_t> {
+    // SAFETY: sigset_t is plain data; sigfillset initialises it.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `all` is a valid sigset_t.
+    unsafe { libc::sigfillset(&mut all) };
+    // SAFETY: as above; `old` receives the current mask.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to two sigset_t.
+    let r = unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    Ok(old)
+}
+
+fn restore_signals(old: &libc::sigset_t) {
+    // SAFETY: `old` is the mask `block_all_signals` saved; no output wanted.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
+}
+
+extern "C" fn namespace_helper_entry(plan: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `plan` is the boxed plan of `spawn_namespace_helper`, alive and unmodified until
+    // this process has exited and been reaped.
+    let plan = unsafe { &*(plan as *const NamespacePlan) };
+    namespace_helper_main(plan)
+}
+
+/// The helper: raw system calls through rustix only (see [`spawn_namespace_helper`]); any
+/// failure ends it, which ends the channel.
+fn namespace_helper_main(plan: &NamespacePlan) -> ! {
+    use rustix::thread::UnshareFlags;
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    if rustix::process::getppid().map(rustix::process::Pid::as_raw_pid) != Some(plan.parent_pid) {
+        exit_now(SETUP_FAILED_EXIT)
+    }
+    // Its descriptor table is a copy of the supervisor's: keep only the channel, so that no
+    // pipe or socket of the supervisor's stays open in it (a reader would wait for its end).
+    // `close_range` with first ≤ last does not fail, so `errno` is never written.
+    let channel = plan.handoff.channel as u32;
+    // SAFETY: close_range with integer arguments, in this process's own descriptor table.
+    unsafe {
+        if channel > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, channel - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, channel + 1, u32::MAX, 0u32);
+    }
+    // SAFETY: a new user and network namespace for this process alone (it shares its memory
+    // with the supervisor, not its thread group or files).
+    if unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNET) }
+        .is_err()
+    {
+        exit_now(SETUP_FAILED_EXIT)
+    }
+    if write_id_maps(&plan.uid_map, &plan.gid_map).is_err() || loopback_up().is_err() {
+        exit_now(SETUP_FAILED_EXIT)
+    }
+    for namespace in [c"/proc/self/ns/user", c"/proc/self/ns/net"] {
+        let sent = open_read(namespace)
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+            .and_then(|fd| send_fd(plan.handoff.channel, &fd));
+        if sent.is_err() {
+            exit_now(SETUP_FAILED_EXIT)
+        }
+    }
+    dns_handoff(&plan.handoff);
+    exit_now(0)
 }
 
 fn add_rule_at(ruleset: RawFd, path: &CStr, access: u64) -> Result<(), i32> {
@@ -1109,6 +1374,27 @@ fn ioctl_socket() -> Result<OwnedFd, i32> {
     .map_err(|e| e.raw_os_error())
 }
 
+/// An interface `ioctl` on `socket` with `req` (read and written), through rustix: a raw
+/// system call that sets no `errno`, so it is fit for the helper of
+/// [`spawn_namespace_helper`], which shares the supervisor's memory (and its thread's `errno`).
+///
+/// # Safety
+///
+/// `OPCODE` must be an interface request that takes a `T` (a `struct ifreq` layout).
+unsafe fn interface_ioctl<const OPCODE: rustix::ioctl::Opcode, T>(
+    socket: &OwnedFd,
+    req: &mut T,
+) -> Result<(), i32> {
+    // SAFETY: the caller vouches that OPCODE takes a T; `req` is valid and writable.
+    unsafe { rustix::ioctl::ioctl(socket, rustix::ioctl::Updater::<OPCODE, T>::new(req)) }
+        .map_err(|e| e.raw_os_error())
+}
+
+const SIOCGIFFLAGS: rustix::ioctl::Opcode = libc::SIOCGIFFLAGS as rustix::ioctl::Opcode;
+const SIOCSIFFLAGS: rustix::ioctl::Opcode = libc::SIOCSIFFLAGS as rustix::ioctl::Opcode;
+const SIOCSIFADDR: rustix::ioctl::Opcode = libc::SIOCSIFADDR as rustix::ioctl::Opcode;
+const SIOCSIFNETMASK: rustix::ioctl::Opcode = libc::SIOCSIFNETMASK as rustix::ioctl::Opcode;
+
 /// Bring up `lo` in the new network namespace, so servers the command starts on its own
 /// loopback (tests of a web project) work; nothing else is reachable from the namespace.
 fn loopback_up() -> Result<(), i32> {
@@ -1119,29 +1405,11 @@ fn loopback_up() -> Result<(), i32> {
         _pad: [0; 22],
     };
     req.name[..2].copy_from_slice(b"lo");
-    // SAFETY: `req` is a valid, writable ifreq for both ioctls; the socket is open (`sock`).
-    // rustix has no interface-flag ioctl.
-    let r = unsafe {
-        if libc::ioctl(
-            sock.as_raw_fd(),
-            libc::SIOCGIFFLAGS,
-            &mut req as *mut IfreqFlags,
-        ) != 0
-        {
-            -1
-        } else {
-            req.flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-            libc::ioctl(
-                sock.as_raw_fd(),
-                libc::SIOCSIFFLAGS,
-                &mut req as *mut IfreqFlags,
-            )
-        }
-    };
-    if r != 0 {
-        return Err(errno());
-    }
-    Ok(())
+    // SAFETY: both requests take a `struct ifreq` with the flags member (`IfreqFlags`).
+    unsafe { interface_ioctl::<SIOCGIFFLAGS, _>(&sock, &mut req)? };
+    req.flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    // SAFETY: as above.
+    unsafe { interface_ioctl::<SIOCSIFFLAGS, _>(&sock, &mut req) }
 }
 
 fn close_from(first: u32) {
@@ -1784,29 +2052,11 @@ fn add_loopback_alias(index: usize, octets: [u8; 4]) -> Result<(), i32> {
     };
     req.name[..4].copy_from_slice(&[b'l', b'o', b':', b'0' + digit]);
     let sock = ioctl_socket()?;
-    // SAFETY: `req` is a valid, writable ifreq for both ioctls; the socket is open (`sock`).
-    // rustix has no interface-address ioctl.
-    let r = unsafe {
-        if libc::ioctl(
-            sock.as_raw_fd(),
-            libc::SIOCSIFADDR,
-            &mut req as *mut IfreqAddr,
-        ) != 0
-        {
-            -1
-        } else {
-            req.addr = sockaddr_v4([255; 4], 0);
-            libc::ioctl(
-                sock.as_raw_fd(),
-                libc::SIOCSIFNETMASK,
-                &mut req as *mut IfreqAddr,
-            )
-        }
-    };
-    if r != 0 {
-        return Err(errno());
-    }
-    Ok(())
+    // SAFETY: both requests take a `struct ifreq` with the address member (`IfreqAddr`).
+    unsafe { interface_ioctl::<SIOCSIFADDR, _>(&sock, &mut req)? };
+    req.addr = sockaddr_v4([255; 4], 0);
+    // SAFETY: as above.
+    unsafe { interface_ioctl::<SIOCSIFNETMASK, _>(&sock, &mut req) }
 }
 
 /// Send `fd` over the unix socket `channel` (`SCM_RIGHTS`, with a one-byte payload).

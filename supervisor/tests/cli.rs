@@ -410,3 +410,42 @@ fn a_command_cannot_create_a_commondir() {
     assert_eq!(text(&out.stdout), "../../evil\n");
     assert!(w.project.join(".git/commondir").exists());
 }
+
+/// The landlock executor's network and user namespaces are made ahead by a helper
+/// (`executor::ahead`): each `garuda sandbox` run gets namespaces of its own, never the host's
+/// and never an earlier run's, and the helper's resolver stub answers in them (the network-off
+/// hint shows it; loopback servers: `netbridge::the_commands_own_loopback_servers_are_reached_directly`). Control: the probe can see sameness — two reads in one run
+/// name the same namespace.
+#[test]
+fn each_run_gets_namespaces_of_its_own_made_ahead() {
+    let w = world();
+    let host_net = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let host_user = std::fs::read_link("/proc/self/ns/user").unwrap();
+    let probe = [
+        "sh",
+        "-c",
+        "readlink /proc/self/ns/net /proc/self/ns/user /proc/self/ns/net; \
+         getent hosts ahead.invalid; echo lookup $?",
+    ];
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let out = sandbox(&w, &["--executor", "landlock"], &probe);
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+        let lines: Vec<&str> = stdout.lines().collect();
+        let (net, user) = (lines[0].to_string(), lines[1].to_string());
+        // The control: the same namespace read twice in one run reads the same.
+        assert_eq!(lines[2], net, "{stdout}");
+        assert_ne!(Path::new(&net), host_net, "{stdout}");
+        assert_ne!(Path::new(&user), host_user, "{stdout}");
+        assert!(!seen.contains(&net), "{net} served two runs: {seen:?}");
+        seen.push(net);
+        // The stub, bound by the helper, refused the lookup and recorded it.
+        assert_eq!(lines.last(), Some(&"lookup 2"), "{stdout}");
+        assert!(
+            text(&out.stderr).contains("tried to look up ahead.invalid"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}

@@ -442,6 +442,7 @@ pub fn spawn_agent(spec: AgentSpawn) -> Result<AgentProcess, AgentSpawnError> {
         pid1_mounts,
         pass_fd: Some(theirs.as_raw_fd()),
         release: None,
+        namespaces: None,
     };
     let pid = sys::spawn_native(&plan).map_err(setup("fork"))?;
     // The sandbox has its copies.

@@ -335,12 +335,7 @@ impl<'a> SessionTools<'a> {
                 Some(event),
             );
         }
-        let in_process = self.runner.in_process.as_ref().filter(|ip| {
-            !outside_sandbox
-                && !self.runner.staged
-                && !self.runner.ask_hosts
-                && ip.settings.network_allow.is_empty()
-        });
+        let in_process = self.in_process(outside_sandbox);
         let mut hosts_asked = Vec::new();
         let done = match in_process {
             Some(ip) => run_in_process(ip, &self.runner.project, line, timeout_secs, release),
@@ -366,6 +361,16 @@ impl<'a> SessionTools<'a> {
             Err(e) => error(ErrorCode::Io, format!("cannot start garuda sandbox: {e}")),
         };
         (answer, Some(event))
+    }
+
+    /// The runner of this session's commands in this process, where it serves this one.
+    fn in_process(&self, outside_sandbox: bool) -> Option<&std::sync::Arc<InProcess>> {
+        self.runner.in_process.as_ref().filter(|ip| {
+            !outside_sandbox
+                && !self.runner.staged
+                && !self.runner.ask_hosts
+                && ip.settings.network_allow.is_empty()
+        })
     }
 
     /// `garuda sandbox --capture --project P [--executor host] [--strict] [--timeout N]
@@ -702,6 +707,17 @@ impl ToolHost for SessionTools<'_> {
                 Ok(()) => self.call(request),
                 Err(reason) => (crate::broker::server::not_released(&reason), None),
             },
+        }
+    }
+
+    /// The next sandboxed command's namespaces, made while the agent reads this answer (see
+    /// [`crate::executor::ahead`]), where this process runs it with the landlock executor.
+    fn after_command(&mut self) {
+        if self
+            .in_process(false)
+            .is_some_and(|ip| ip.executor.kind() == crate::executor::ExecutorKind::Landlock)
+        {
+            crate::executor::ahead::prepare();
         }
     }
 }

@@ -60,6 +60,10 @@ pub trait ToolHost {
         }
     }
 
+    /// Called once a command's answer has been sent: a host may get ready for the next
+    /// command here, off the path of every answer. By default nothing.
+    fn after_command(&mut self) {}
+
     /// Runs a batch of read-only requests (`read_file`, `glob`, `grep`) the agent sent
     /// together; the answers in the same order. A host may run them concurrently; by default
     /// one after the other.
@@ -306,6 +310,7 @@ impl<A: AuditSink> Broker<A> {
                     }
                 }
                 AgentFrame::Request { id, request, .. } => {
+                    let command = matches!(request, Request::RunCommand { .. });
                     let answer = if rule(self.state, kind) == Rule::RefuseCancelled {
                         self.record(
                             "tool_call",
@@ -366,6 +371,9 @@ impl<A: AuditSink> Broker<A> {
                     };
                     requests += 1;
                     self.send_answer(id, answer)?;
+                    if command {
+                        tools.after_command();
+                    }
                 }
                 AgentFrame::Ui { event } => ui(&event),
                 AgentFrame::TurnEnd { reason, usage } => {

@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use garuda_policy::{ExecPolicy, NetworkMode};
 
-use super::capture::{join_reader, spawn_reader, wait_child};
+use super::capture::{join_reader, spawn_reader, wait_child_serving};
 use super::layout::{layout, Op};
 use super::{CommandSpec, ExecError, Executor, ExecutorKind, ExitStatus, Outcome, StdioMode};
 use crate::netbridge;
@@ -628,9 +628,9 @@ impl Executor for BubblewrapExecutor {
         drop(theirs);
         // The hook handed the stub's sockets over before bwrap's exec, which `spawn` waited
         // for: they are in the channel (or the hook failed and closed it).
-        let stub = stub.and_then(|(receiver, theirs, _)| {
+        let mut stub = stub.and_then(|(receiver, theirs, _)| {
             drop(theirs);
-            receiver.receive()
+            receiver.receive_answering()
         });
         drop(seccomp_fd);
         drop(empties);
@@ -695,10 +695,17 @@ impl Executor for BubblewrapExecutor {
         // A signal to the supervisor kills bwrap, and with it (PID 1 of the sandbox) the rest.
         sys::forward_signals_to(child.id() as libc::pid_t);
         // `wait_child` stops the forwarding before it reaps (the pid cannot be reused meanwhile).
-        let status = wait_child(&mut child, policy.limits.timeout, false);
+        let status = wait_child_serving(
+            &mut child,
+            policy.limits.timeout,
+            false,
+            stub.as_mut().map(|s| s as &mut dyn sys::WhileWaiting),
+        );
         // bwrap is gone, and with it (--die-with-parent, PID 1) the whole sandbox.
         drop(bridge);
-        let lookups = stub.map(crate::dnsstub::Stub::stop).unwrap_or_default();
+        let lookups = stub
+            .map(crate::dnsstub::Answering::finish)
+            .unwrap_or_default();
         remove_limit(&limit);
         let status = status?;
         let stdout = join_reader(out)?;

@@ -85,6 +85,17 @@ pub fn wait_child(
     timeout: Option<Duration>,
     kill_group: bool,
 ) -> Result<ExitStatus, ExecError> {
+    wait_child_serving(child, timeout, kill_group, None)
+}
+
+/// [`wait_child`], answering `serving`'s descriptors meanwhile (the resolver stub: see
+/// [`crate::sys::WhileWaiting`]).
+pub fn wait_child_serving(
+    child: &mut std::process::Child,
+    timeout: Option<Duration>,
+    kill_group: bool,
+    serving: Option<&mut dyn crate::sys::WhileWaiting>,
+) -> Result<ExitStatus, ExecError> {
     let io = |source| ExecError::Io {
         what: "waiting for the command",
         error: source,
@@ -94,7 +105,7 @@ pub fn wait_child(
     // Wait for the exit without reaping: while the child is a zombie its pid (and process
     // group id) cannot be reused, so the signal forwarding is cleared and the group killed
     // before anything could take them over.
-    let exited = crate::sys::wait_exited(pid, timeout).map_err(io)?;
+    let exited = crate::sys::wait_exited_serving(pid, timeout, serving).map_err(io)?;
     if !exited {
         let _ = crate::sys::kill(target, libc::SIGKILL);
         crate::sys::wait_exited(pid, None).map_err(io)?;

@@ -527,7 +527,7 @@ fn cap_last_cap() -> u32 {
 }
 
 pub(crate) fn stage_name(code: u32, mount_names: &[String]) -> String {
-    const NAMES: [(Stage, &str); 31] = [
+    const NAMES: [(Stage, &str); 32] = [
         (
             Stage::Pid1Mount,
             "PID 1: a mount step after /proc (the agent's view)",
@@ -542,6 +542,10 @@ pub(crate) fn stage_name(code: u32, mount_names: &[String]) -> String {
             "landlock_add_rule for the private /tmp or /dev",
         ),
         (Stage::Loopback, "bring up loopback"),
+        (
+            Stage::JoinNamespaces,
+            "join the user and network namespaces made ahead (setns)",
+        ),
         (
             Stage::BridgeListen,
             "proxy bridge: listen on the sandbox's loopback",
@@ -683,16 +687,33 @@ impl Executor for LandlockExecutor {
                     port,
                     channel: theirs.as_raw_fd(),
                 });
-        // With the network off, the resolver stub (best effort: without it the command is
-        // just as isolated, only without the hint).
-        let stub = match proxy {
-            None => crate::dnsstub::handoff(&crate::dnsstub::resolver_addresses(
-                &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
-            ))
-            .ok(),
-            Some(_) => None,
+        // The user and network namespaces, with loopback up and the stub's sockets bound, if a
+        // helper made them ahead (see `super::ahead`); outer makes them otherwise.
+        let (ahead_fds, ahead_stub, ahead_helper) = match super::ahead::take() {
+            Some(a) => (Some((a.user, a.net)), Some(a.stub), Some(a.helper)),
+            None => (None, None, None),
         };
-        let dns_plan = stub.as_ref().map(|(_, _, plan)| *plan);
+        let namespaces = ahead_fds
+            .as_ref()
+            .map(|(user, net)| (user.as_raw_fd(), net.as_raw_fd()));
+        // With the network off, the resolver stub (best effort: without it the command is
+        // just as isolated, only without the hint). Its sockets come from the helper, or outer
+        // makes them and hands them over (`dns_plan`).
+        let mut stub_theirs = None;
+        let mut dns_plan = None;
+        let stub = match proxy {
+            Some(_) => None,
+            None => ahead_stub.or_else(|| {
+                let (receiver, theirs, plan) =
+                    crate::dnsstub::handoff(&crate::dnsstub::resolver_addresses(
+                        &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+                    ))
+                    .ok()?;
+                stub_theirs = Some(theirs);
+                dns_plan = Some(plan);
+                Some(receiver)
+            }),
+        };
         // Held handles go above every descriptor the child must keep.
         let first_slot = [
             report_write.as_raw_fd(),
@@ -704,6 +725,8 @@ impl Executor for LandlockExecutor {
         .into_iter()
         .chain(bridge_plan.map(|b| b.channel))
         .chain(dns_plan.map(|d| d.channel))
+        .chain(namespaces.map(|(user, _)| user))
+        .chain(namespaces.map(|(_, net)| net))
         .chain(stdio_fds)
         .max()
         .unwrap_or(2)
@@ -752,6 +775,7 @@ impl Executor for LandlockExecutor {
             pid1_mounts: Vec::new(),
             pass_fd: None,
             release: Some((release_read.as_raw_fd(), release_write.as_raw_fd())),
+            namespaces,
         };
         let start = Instant::now();
         let pid = sys::spawn_native(&plan).map_err(setup_err("fork"))?;
@@ -760,6 +784,8 @@ impl Executor for LandlockExecutor {
         drop(release_read);
         drop(stdin_fd);
         drop(ruleset);
+        drop(ahead_fds);
+        drop(stub_theirs);
         // While the children build the sandbox: what must precede the command (the audit
         // intent's sync). On failure the sandbox is killed; its command never executes (it
         // also stops by itself when the pipe closes without the byte).
@@ -795,19 +821,27 @@ impl Executor for LandlockExecutor {
                 }
             }
         };
-        // Network off: outer hands over the stub's sockets and closes its end (or ends).
-        let stub = stub.and_then(|(receiver, theirs, _)| {
-            drop(theirs);
-            receiver.receive()
-        });
+        // Network off: the stub's sockets are in the channel (the helper's, or outer's, which
+        // closes its end after them or ends).
+        let mut stub = stub.and_then(crate::dnsstub::Receiver::receive_answering);
+        // The helper is done once its last socket is in (or was not wanted).
+        if let Some(helper) = ahead_helper {
+            helper.finish();
+        }
         // A signal to the supervisor kills the outer process, and through the death signal
         // the whole sandbox.
         sys::forward_signals_to(pid);
-        // `wait_pid` stops the forwarding before it reaps (the pid cannot be reused meanwhile).
-        let waited = sys::wait_pid(pid, policy.limits.timeout);
+        // `wait_pid_serving` stops the forwarding before it reaps (the pid cannot be reused meanwhile).
+        let waited = sys::wait_pid_serving(
+            pid,
+            policy.limits.timeout,
+            stub.as_mut().map(|s| s as &mut dyn sys::WhileWaiting),
+        );
         // The whole sandbox is gone (outer exits after PID 1): close the bridge with it.
         drop(bridge);
-        let lookups = stub.map(crate::dnsstub::Stub::stop).unwrap_or_default();
+        let lookups = stub
+            .map(crate::dnsstub::Answering::finish)
+            .unwrap_or_default();
         let waited = waited.map_err(|source| ExecError::Io {
             what: "waiting for the sandbox",
             error: source,

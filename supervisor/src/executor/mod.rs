@@ -12,6 +12,7 @@ use std::time::Duration;
 use garuda_policy::ExecPolicy;
 use serde::Serialize;
 
+pub mod ahead;
 pub mod bubblewrap;
 pub mod capture;
 pub mod host;

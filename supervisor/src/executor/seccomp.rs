@@ -358,10 +358,86 @@ pub fn program() -> Result<BpfProgram, FilterError> {
     program_for(DENIED)
 }
 
+const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+/// Offset of `seccomp_data.arch`.
+const ARCH_OFFSET: u32 = 4;
+/// `seccomp_data.arch` of the build architecture (`AUDIT_ARCH_X86_64`, `AUDIT_ARCH_AARCH64`).
+const NATIVE_AUDIT_ARCH: u32 = if cfg!(target_arch = "x86_64") {
+    62 | 0x8000_0000 | 0x4000_0000
+} else {
+    183 | 0x8000_0000 | 0x4000_0000
+};
+
+/// A binary search over the table's system call numbers, placed between the prologue and
+/// seccompiler's program: a number the table does not list is allowed after about
+/// log2(entries) comparisons; a listed one, or a foreign architecture, goes on to
+/// seccompiler's program, which decides exactly as before (its default action is the same
+/// allow).
+///
+/// Why: when a filter is installed the kernel runs it for every system call number of every
+/// architecture it serves, to cache the numbers it always allows (`seccomp_cache_prepare`),
+/// with interrupts off. seccompiler's program compares the number with each entry in turn, so
+/// that emulation took about a tenth of a millisecond per install, and every landlock sandbox
+/// installs the filter twice on its start-up path (PID 1 and the command).
+fn search(numbers: &[u32]) -> Result<Vec<sock_filter>, FilterError> {
+    if numbers.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Layout: load arch; foreign → body; load nr; the tree (2n − 1 jumps); allow; body.
+    let tree_at = 3;
+    let allow = tree_at + 2 * numbers.len() - 1;
+    let body = allow + 1;
+    let offset = |target: usize, from: usize| -> Result<u8, FilterError> {
+        u8::try_from(target - from - 1).map_err(|_| {
+            FilterError(format!(
+                "the search over {} system call numbers is too long for a BPF jump",
+                numbers.len()
+            ))
+        })
+    };
+    let mut out = vec![
+        stmt(BPF_LD_W_ABS, ARCH_OFFSET),
+        jump(BPF_JEQ_K, NATIVE_AUDIT_ARCH, 0, offset(body, 1)?),
+        stmt(BPF_LD_W_ABS, 0),
+    ];
+    fn tree(
+        values: &[u32],
+        targets: (usize, usize),
+        out: &mut Vec<sock_filter>,
+        offset: &dyn Fn(usize, usize) -> Result<u8, FilterError>,
+    ) -> Result<(), FilterError> {
+        let (body, allow) = targets;
+        let at = out.len();
+        if let [value] = values {
+            out.push(jump(
+                BPF_JEQ_K,
+                *value,
+                offset(body, at)?,
+                offset(allow, at)?,
+            ));
+            return Ok(());
+        }
+        let (left, right) = values.split_at(values.len() / 2);
+        let right_at = at + 1 + (2 * left.len() - 1);
+        out.push(jump(BPF_JGE_K, right[0], offset(right_at, at)?, 0));
+        tree(left, targets, out, offset)?;
+        tree(right, targets, out, offset)
+    }
+    tree(numbers, (body, allow), &mut out, &offset)?;
+    out.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
+    debug_assert_eq!(out.len(), body);
+    Ok(out)
+}
+
 /// The program for another table of the same shape: the prologue (x32 refused, `clone3`
 /// answered `ENOSYS`), the architecture check, `EPERM` for each entry. The confined agent's
 /// table (`crate::agent::seccomp`) is built with it.
 pub fn program_for(table: &[Denied]) -> Result<BpfProgram, FilterError> {
+    program_with(table, true)
+}
+
+/// [`program_for`], with or without the [`search`] (without: the tests' reference).
+fn program_with(table: &[Denied], with_search: bool) -> Result<BpfProgram, FilterError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for d in table {
         let mut r = rules_for(d.when)?;
@@ -370,6 +446,12 @@ pub fn program_for(table: &[Denied]) -> Result<BpfProgram, FilterError> {
             return Err(FilterError(format!("{} listed twice", d.name)));
         }
         entry.append(&mut r);
+    }
+    // The listed numbers, ascending (the map's order), for the search.
+    let mut numbers: Vec<u32> = Vec::with_capacity(rules.len());
+    for nr in rules.keys() {
+        numbers
+            .push(u32::try_from(*nr).map_err(|_| FilterError(format!("system call number {nr}")))?);
     }
     let filter = SeccompFilter::new(
         rules,
@@ -382,6 +464,9 @@ pub fn program_for(table: &[Denied]) -> Result<BpfProgram, FilterError> {
         .try_into()
         .map_err(|e: seccompiler::BackendError| FilterError(e.to_string()))?;
     let mut program = prologue();
+    if with_search {
+        program.extend(search(&numbers)?);
+    }
     program.extend(body);
     Ok(program)
 }
@@ -420,17 +505,26 @@ pub(crate) mod tests {
     const AUDIT_ARCH_I386: u32 = 3 | 0x4000_0000;
 
     pub(crate) fn native_arch() -> u32 {
-        if cfg!(target_arch = "x86_64") {
-            AUDIT_ARCH_X86_64
-        } else {
-            AUDIT_ARCH_AARCH64
-        }
+        // The program's own constant, checked against the table of architectures here.
+        assert!([AUDIT_ARCH_X86_64, AUDIT_ARCH_AARCH64].contains(&NATIVE_AUDIT_ARCH));
+        NATIVE_AUDIT_ARCH
     }
 
     /// Runs the program as the kernel would on one `struct seccomp_data` and returns the
     /// action. A classic-BPF interpreter for exactly the instructions the program uses (loads
     /// of the data, AND, the conditional jumps, return); any other instruction fails the test.
     pub(crate) fn run(program: &[sock_filter], nr: i64, arch: u32, args: [u64; 6]) -> u32 {
+        run_counting(program, nr, arch, args, &std::cell::Cell::new(0))
+    }
+
+    /// [`run`], counting the instructions run in `count`.
+    fn run_counting(
+        program: &[sock_filter],
+        nr: i64,
+        arch: u32,
+        args: [u64; 6],
+        count: &std::cell::Cell<usize>,
+    ) -> u32 {
         let mut data = [0u8; 64];
         data[0..4].copy_from_slice(&(nr as i32).to_ne_bytes());
         data[4..8].copy_from_slice(&arch.to_ne_bytes());
@@ -442,6 +536,7 @@ pub(crate) mod tests {
         loop {
             let ins = &program[pc];
             pc += 1;
+            count.set(count.get() + 1);
             let k = ins.k;
             let jump = |taken: bool| usize::from(if taken { ins.jt } else { ins.jf });
             match ins.code {
@@ -583,6 +678,85 @@ pub(crate) mod tests {
                 "{nr}"
             );
         }
+    }
+
+    /// The search decides nothing: for every system call number (and the x32 ones, and
+    /// numbers no table lists), on the native and two foreign architectures, with the
+    /// arguments each rule tests, the program answers as the program without it. And it is
+    /// what makes an unlisted number cheap: a few instructions instead of one per entry.
+    /// Control: a search that leaves out one listed number lets that call through. (The
+    /// agent's table: `agent::seccomp::tests::the_search_changes_no_answer`.)
+    #[test]
+    fn the_search_changes_no_answer_and_shortens_the_unlisted() {
+        search_changes_no_answer(DENIED);
+        // Control: a search over every number but ptrace's.
+        let rest: Vec<u32> = {
+            let mut n: Vec<u32> = DENIED
+                .iter()
+                .filter(|d| d.nr != libc::SYS_ptrace)
+                .map(|d| d.nr as u32)
+                .collect();
+            n.sort_unstable();
+            n.dedup();
+            n
+        };
+        let mut broken = prologue();
+        broken.extend(search(&rest).unwrap());
+        broken.extend_from_slice(&program_with(DENIED, false).unwrap()[prologue().len()..]);
+        assert_eq!(
+            run(&broken, libc::SYS_ptrace, native_arch(), [0; 6]),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run(&program().unwrap(), libc::SYS_ptrace, native_arch(), [0; 6]),
+            errno(libc::EPERM)
+        );
+    }
+
+    /// For `table`: the program with the search answers as the program without it, for
+    /// every number, three architectures and each rule's arguments; an unlisted number runs
+    /// at most 16 instructions, and fewer than half of what it runs without the search.
+    pub(crate) fn search_changes_no_answer(table: &[Denied]) {
+        let with = program_with(table, true).unwrap();
+        let without = program_with(table, false).unwrap();
+        let mut args: Vec<[u64; 6]> = vec![[0; 6], [u64::MAX; 6]];
+        for d in table {
+            let (i, values): (u8, &[u64]) = match d.when {
+                When::Always => (0, &[]),
+                When::ArgEq(i, v) | When::ArgHasAnyBit(i, v) | When::ArgNotIn(i, v) => (i, v),
+            };
+            for v in values {
+                let mut a = [0u64; 6];
+                a[usize::from(i)] = *v;
+                args.push(a);
+            }
+        }
+        let numbers = (0..1100).chain([0x4000_0000, 0x4000_0065, 0x7fff_ffff, 0xffff_ffff]);
+        for nr in numbers {
+            for arch in [native_arch(), AUDIT_ARCH_I386, AUDIT_ARCH_AARCH64 ^ 1] {
+                for a in &args {
+                    assert_eq!(
+                        run(&with, nr, arch, *a),
+                        run(&without, nr, arch, *a),
+                        "{nr} {arch:#x} {a:?}"
+                    );
+                }
+            }
+        }
+        let listed: Vec<i64> = table.iter().map(|d| d.nr).collect();
+        let unlisted = (0..450).find(|nr| !listed.contains(nr)).unwrap();
+        let (short, long) = (
+            steps(&with, unlisted, native_arch()),
+            steps(&without, unlisted, native_arch()),
+        );
+        assert!(short <= 16 && long > 2 * short, "{short} vs {long}");
+    }
+
+    /// How many instructions the program runs for `nr` (no arguments).
+    fn steps(program: &[sock_filter], nr: i64, arch: u32) -> usize {
+        let count = std::cell::Cell::new(0);
+        run_counting(program, nr, arch, [0; 6], &count);
+        count.get()
     }
 
     #[test]

@@ -1,0 +1,121 @@
+//! Namespaces made ahead: the user and network namespaces of the next `landlock` sandbox,
+//! made by a short-lived helper process while the supervisor does its own work.
+//!
+//! A sandbox's outer process used to start with `unshare` of every namespace, then write its
+//! id maps, bring up loopback and bind the resolver stub's sockets. The network namespace is
+//! the largest single cost of that setup (about half a millisecond on the benchmark machine,
+//! the user namespace and the rest a few tenths more), and none of it depends on the policy.
+//! So `garuda sandbox` calls [`prepare`] first thing (before parsing its arguments), and a
+//! helper makes them on the other core while the supervisor loads the policy, the probe cache
+//! and the audit session; the broker calls it once a session that runs commands itself
+//! starts, and again after each such command has been answered, ready for the next one
+//! ([`crate::broker`]). Whatever no sandbox took is [`discard`]ed before the process ends. The landlock executor
+//! then [`take`]s them: outer joins them with `setns` and makes only the mount, PID, IPC, UTS
+//! and cgroup namespaces itself ([`crate::sys::NativePlan::namespaces`]).
+//!
+//! What this changes for the sandbox: nothing it can see. The namespaces are the same kinds,
+//! made by the same code (`sys::namespace_helper_main` runs the steps outer ran), owned by the
+//! same user, used by one sandbox only ([`take`] removes them), and held only by descriptors
+//! of the supervisor (close-on-exec) until outer has joined them. Where anything fails — the
+//! helper cannot make a namespace, dies, or sends nothing within [`WAIT`] — the sandbox makes
+//! its own namespaces as before and reports its own failure at its own stage: never a weaker
+//! sandbox, only a slower one.
+
+use std::os::fd::OwnedFd;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::dnsstub::{self, Receiver};
+use crate::sys;
+
+/// How long a sandbox waits for a helper's namespaces before it makes its own.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// A helper at work (or done), and the supervisor's end of its channel.
+struct Pending {
+    helper: sys::NamespaceHelper,
+    receiver: Receiver,
+    ids: (u32, u32),
+}
+
+/// At most one helper per process: one sandbox's worth is made ahead.
+static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
+
+/// Start making the next landlock sandbox's namespaces, unless a helper already did or is
+/// doing so. Best effort: nothing is reported; a sandbox without namespaces made ahead makes
+/// its own.
+pub fn prepare() {
+    let Ok(mut pending) = PENDING.lock() else {
+        return;
+    };
+    if pending.is_some() {
+        return;
+    }
+    let addresses = dnsstub::resolver_addresses(
+        &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+    );
+    let Ok((receiver, theirs, handoff)) = dnsstub::handoff(&addresses) else {
+        return;
+    };
+    let ids = (sys::current_uid(), sys::current_gid());
+    let plan = sys::NamespacePlan {
+        uid_map: sys::id_map(ids.0),
+        gid_map: sys::id_map(ids.1),
+        parent_pid: sys::current_pid(),
+        handoff,
+    };
+    if let Ok(helper) = sys::spawn_namespace_helper(plan) {
+        *pending = Some(Pending {
+            helper,
+            receiver,
+            ids,
+        });
+    }
+    // The helper has its copy of its end.
+    drop(theirs);
+}
+
+/// Kill and reap a helper whose namespaces no sandbox took, if any (before the process ends,
+/// so that nothing it started outlives it, not even as a zombie).
+pub fn discard() {
+    let pending = PENDING.lock().ok().and_then(|mut p| p.take());
+    drop(pending);
+}
+
+/// Namespaces made ahead, for one sandbox.
+pub(crate) struct Ahead {
+    /// The user namespace (close-on-exec).
+    pub user: OwnedFd,
+    /// The network namespace, owned by `user` (close-on-exec).
+    pub net: OwnedFd,
+    /// The resolver stub's sockets, bound in `net`, in the channel (or on their way).
+    pub stub: Receiver,
+    /// The helper, perhaps still binding the stub's sockets: reap it with
+    /// [`sys::NamespaceHelper::finish`] once they are received (dropped, it is killed first).
+    pub helper: sys::NamespaceHelper,
+}
+
+/// The namespaces made ahead, if [`prepare`] started a helper and it made them (a helper
+/// that made nothing is killed and reaped). Blocks until the helper has sent them, at most
+/// [`WAIT`].
+pub(crate) fn take() -> Option<Ahead> {
+    let pending = PENDING.lock().ok()?.take()?;
+    let user = pending.receiver.receive_fd(WAIT);
+    let net = user
+        .as_ref()
+        .and_then(|_| pending.receiver.receive_fd(WAIT));
+    // Made for the user this process runs as (a setuid change since would make them wrong).
+    let same_user = pending.ids == (sys::current_uid(), sys::current_gid());
+    match (user, net) {
+        (Some(user), Some(net)) if same_user => Some(Ahead {
+            user,
+            net,
+            stub: pending.receiver,
+            // Not reaped yet: it may still be binding the stub's sockets, which the sandbox
+            // needs only once it runs.
+            helper: pending.helper,
+        }),
+        // Failed, too slow, or not ours: dropped, it is killed and reaped.
+        _ => None,
+    }
+}
