@@ -1654,6 +1654,7 @@ fn result_event(
         "blocked": network.blocked,
         "unreachable": network.unreachable,
         "lookups": outcome.lookups.names(),
+        "namespaces_made_ahead": outcome.namespaces_made_ahead,
         "staged": staged,
         "interrupted_by_signal": interrupted,
     })

@@ -320,6 +320,12 @@ pub fn wait_exited_serving(
             Ok(_) => {}
         }
         if fds[0].revents != 0 {
+            // What the child sent just before it ended is answered (and recorded) too.
+            if let Some(serving) = serving.as_deref_mut() {
+                for index in 0..extra.len() {
+                    serving.ready(index);
+                }
+            }
             return Ok(true);
         }
         if let Some(serving) = serving.as_deref_mut() {
@@ -1146,6 +1152,9 @@ pub struct NamespacePlan {
     pub handoff: DnsHandoff,
 }
 
+/// How long [`NamespaceHelper::finish`] waits for a helper that has sent its namespaces.
+const HELPER_FINISH: Duration = Duration::from_secs(1);
+
 /// Size of a namespace helper's stack (it needs a few KiB; the lowest page is a guard).
 const HELPER_STACK: usize = 128 * 1024;
 
@@ -1163,8 +1172,12 @@ pub struct NamespaceHelper {
 
 impl NamespaceHelper {
     /// Wait for the helper to exit (it does right after its last socket), then release its
-    /// stack.
+    /// stack. One that has not exited within [`HELPER_FINISH`] (stopped by another process of
+    /// the user) is killed rather than waited for: the sandbox's run must not hang on it.
     pub fn finish(mut self) {
+        if !matches!(wait_exited(self.pid, Some(HELPER_FINISH)), Ok(true)) {
+            let _ = kill(self.pid, libc::SIGKILL);
+        }
         let _ = reap(self.pid);
         self.reaped = true;
     }

@@ -412,34 +412,44 @@ fn a_command_cannot_create_a_commondir() {
 }
 
 /// The landlock executor's network and user namespaces are made ahead by a helper
-/// (`executor::ahead`): each `garuda sandbox` run gets namespaces of its own, never the host's
-/// and never an earlier run's, and the helper's resolver stub answers in them (the network-off
-/// hint shows it; loopback servers: `netbridge::the_commands_own_loopback_servers_are_reached_directly`). Control: the probe can see sameness — two reads in one run
-/// name the same namespace.
+/// (`executor::ahead`), and each `garuda sandbox` run gets its own: the audit log's
+/// `command_result` says they were made ahead (so the test cannot pass on the other path),
+/// the network namespace is never the host's nor an earlier run's, and the helper's resolver
+/// stub answers in it (the network-off hint; loopback servers are
+/// `netbridge::the_commands_own_loopback_servers_are_reached_directly`). Namespaces are told
+/// apart by their `SO_NETNS_COOKIE`, which the kernel gives each network namespace once (an
+/// inode number is reused once freed). Control: two sockets in one run report the same
+/// cookie, so the probe does see sameness.
 #[test]
 fn each_run_gets_namespaces_of_its_own_made_ahead() {
     let w = world();
-    let host_net = std::fs::read_link("/proc/self/ns/net").unwrap();
-    let host_user = std::fs::read_link("/proc/self/ns/user").unwrap();
+    const COOKIE: &str = "import socket\nfor _ in range(2):\n    s = socket.socket()\n    print(int.from_bytes(s.getsockopt(socket.SOL_SOCKET, 71, 8), 'little'))\n";
+    let host = Command::new("python3")
+        .args(["-c", COOKIE])
+        .output()
+        .unwrap();
+    let host_cookie = text(&host.stdout).lines().next().unwrap().to_string();
     let probe = [
         "sh",
         "-c",
-        "readlink /proc/self/ns/net /proc/self/ns/user /proc/self/ns/net; \
-         getent hosts ahead.invalid; echo lookup $?",
+        "python3 -c \"$1\"; getent hosts ahead.invalid; echo lookup $?",
+        "sh",
+        COOKIE,
     ];
-    let mut seen = Vec::new();
+    let mut seen = vec![host_cookie];
     for _ in 0..3 {
         let out = sandbox(&w, &["--executor", "landlock"], &probe);
         let stdout = text(&out.stdout);
         assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
         let lines: Vec<&str> = stdout.lines().collect();
-        let (net, user) = (lines[0].to_string(), lines[1].to_string());
-        // The control: the same namespace read twice in one run reads the same.
-        assert_eq!(lines[2], net, "{stdout}");
-        assert_ne!(Path::new(&net), host_net, "{stdout}");
-        assert_ne!(Path::new(&user), host_user, "{stdout}");
-        assert!(!seen.contains(&net), "{net} served two runs: {seen:?}");
-        seen.push(net);
+        // The control: one namespace, asked twice, gives one cookie.
+        assert_eq!(lines[0], lines[1], "{stdout}");
+        assert!(
+            !seen.iter().any(|c| c == lines[0]),
+            "{} is the host's or an earlier run's: {seen:?}",
+            lines[0]
+        );
+        seen.push(lines[0].to_string());
         // The stub, bound by the helper, refused the lookup and recorded it.
         assert_eq!(lines.last(), Some(&"lookup 2"), "{stdout}");
         assert!(
@@ -447,5 +457,46 @@ fn each_run_gets_namespaces_of_its_own_made_ahead() {
             "{}",
             text(&out.stderr)
         );
+        let result = newest_command_result(&w);
+        assert_eq!(result["namespaces_made_ahead"], true, "{result}");
     }
+    // Where nothing is made ahead the event says so: `--executor bubblewrap`. (The landlock
+    // sandbox that makes its own namespaces is the executor's own tests': `LandlockExecutor::run`
+    // called directly prepares nothing.)
+    let out = sandbox(&w, &["--executor", "bubblewrap"], &["true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let result = newest_command_result(&w);
+    assert_eq!(result["namespaces_made_ahead"], false, "{result}");
+    // Nor through the proxy: the helper's namespace has the stub's addresses on `lo` and its
+    // sockets bound, and there a lookup would wait for an answer that never comes (the first
+    // build took them in proxy mode too).
+    let out = sandbox(
+        &w,
+        &["--executor", "landlock", "--allow-host", "example.invalid"],
+        &["true"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let result = newest_command_result(&w);
+    assert_eq!(result["namespaces_made_ahead"], false, "{result}");
+}
+
+/// The newest audit session's `command_result` event.
+fn newest_command_result(w: &World) -> serde_json::Value {
+    let shown = Command::new(garuda())
+        .args(["audit", "show", "--json", "--project"])
+        .arg(&w.project)
+        .current_dir(&w.project)
+        .env("HOME", &w.home)
+        .env_remove("GARUDA_HOME")
+        .output()
+        .unwrap();
+    assert_eq!(shown.status.code(), Some(0), "{}", text(&shown.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    v["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["type"] == "command_result")
+        .map(|l| l["event"].clone())
+        .unwrap()
 }

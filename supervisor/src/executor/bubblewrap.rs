@@ -723,6 +723,7 @@ impl Executor for BubblewrapExecutor {
             stderr,
             duration: start.elapsed(),
             lookups,
+            namespaces_made_ahead: false,
         })
     }
 }

@@ -111,6 +111,7 @@ impl Executor for HostExecutor {
             stderr: join_reader(err)?,
             duration: start.elapsed(),
             lookups: crate::dnsstub::Lookups::default(),
+            namespaces_made_ahead: false,
         })
     }
 }

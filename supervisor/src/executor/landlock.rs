@@ -688,8 +688,17 @@ impl Executor for LandlockExecutor {
                     channel: theirs.as_raw_fd(),
                 });
         // The user and network namespaces, with loopback up and the stub's sockets bound, if a
-        // helper made them ahead (see `super::ahead`); outer makes them otherwise.
-        let (ahead_fds, ahead_stub, ahead_helper) = match super::ahead::take() {
+        // helper made them ahead (see `super::ahead`); outer makes them otherwise. Only with
+        // the network off: the helper's namespace has the stub's addresses on `lo` and its
+        // sockets bound, which in proxy mode would leave lookups waiting for an answer that
+        // never comes (there the namespaces stay pending, and are discarded).
+        let taken = if proxy.is_none() {
+            super::ahead::take()
+        } else {
+            None
+        };
+        let namespaces_made_ahead = taken.is_some();
+        let (ahead_fds, ahead_stub, ahead_helper) = match taken {
             Some(a) => (Some((a.user, a.net)), Some(a.stub), Some(a.helper)),
             None => (None, None, None),
         };
@@ -895,6 +904,7 @@ impl Executor for LandlockExecutor {
             stderr,
             duration: start.elapsed(),
             lookups,
+            namespaces_made_ahead,
         })
     }
 }

@@ -181,6 +181,9 @@ pub struct Outcome {
     /// ([`crate::dnsstub`]); empty for other runs and for executors without a network
     /// namespace.
     pub lookups: crate::dnsstub::Lookups,
+    /// The landlock sandbox joined a user and network namespace made ahead
+    /// ([`ahead`]) instead of making its own; `false` for every other executor.
+    pub namespaces_made_ahead: bool,
 }
 
 /// Why an executor could not run a command. The command did not run (or ran no user code).

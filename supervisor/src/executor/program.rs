@@ -91,6 +91,7 @@ pub fn exec_failure_outcome(
         stderr,
         duration: start.elapsed(),
         lookups: crate::dnsstub::Lookups::default(),
+        namespaces_made_ahead: false,
     }
 }
 

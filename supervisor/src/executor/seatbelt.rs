@@ -560,6 +560,7 @@ mod macos {
             stderr,
             duration: start.elapsed(),
             lookups: crate::dnsstub::Lookups::default(),
+            namespaces_made_ahead: false,
         })
     }
 
