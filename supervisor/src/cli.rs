@@ -380,7 +380,7 @@ pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().collect();
     // The landlock executor's namespaces are made on the other core meanwhile (see
     // `executor::ahead`), from the first moment: read before the parser.
-    if may_run_landlock(&args) {
+    if may_use_namespaces_ahead(&args) {
         crate::executor::ahead::prepare();
     }
     let code = run(args);
@@ -390,10 +390,10 @@ pub fn main() -> i32 {
     code
 }
 
-/// Whether `args` run `garuda sandbox` with an executor that may be landlock: no `--executor`
-/// before the command, or `auto` or `landlock` (the executor that `auto` picks wherever it can
-/// run; a policy that picks another leaves the namespaces unused, and they are discarded).
-fn may_run_landlock(args: &[OsString]) -> bool {
+/// Whether `args` run `garuda sandbox` with an executor that can join namespaces made ahead:
+/// no `--executor` before the command, or `auto`, `landlock` or `bubblewrap` (a policy that
+/// picks the host, or a run with the network on, leaves them unused, and they are discarded).
+fn may_use_namespaces_ahead(args: &[OsString]) -> bool {
     if args.get(1).and_then(|a| a.to_str()) != Some("sandbox") {
         return false;
     }
@@ -410,7 +410,7 @@ fn may_run_landlock(args: &[OsString]) -> bool {
         } else {
             continue;
         };
-        return matches!(value.as_deref(), Some("auto" | "landlock"));
+        return matches!(value.as_deref(), Some("auto" | "landlock" | "bubblewrap"));
     }
     true
 }

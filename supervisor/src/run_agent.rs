@@ -1041,7 +1041,10 @@ fn command_executor(
     if !sandboxed {
         return Ok((false, None));
     }
-    if selection.executor.kind() == crate::executor::ExecutorKind::Landlock {
+    if matches!(
+        selection.executor.kind(),
+        crate::executor::ExecutorKind::Landlock | crate::executor::ExecutorKind::Bubblewrap
+    ) {
         // The first command's namespaces (see `crate::executor::ahead`); the broker makes the
         // next ones after each command.
         crate::executor::ahead::prepare();

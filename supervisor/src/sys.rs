@@ -1195,8 +1195,8 @@ impl Drop for NamespaceHelper {
     }
 }
 
-/// Start a helper that makes, ahead of the next native sandbox, what its outer process would
-/// otherwise make first: a user namespace with the user mapped to itself and a network
+/// Start a helper that makes, ahead of the next sandbox, what its setup (landlock's outer,
+/// bubblewrap's hook) would otherwise make first: a user namespace with the user mapped to itself and a network
 /// namespace with loopback up and the resolver stub's sockets bound. The helper sends both
 /// namespaces and the sockets over the plan's channel and exits (the descriptors keep the
 /// namespaces alive). A helper that fails just ends the channel early: the sandbox then
@@ -2193,6 +2193,10 @@ pub struct BwrapNamespaces {
     /// contents written to its `pid_max`. bwrap then runs as PID 1 of that namespace, and
     /// every process it makes (its own PID namespace is nested inside) takes a pid there.
     pub pid_max: Option<Vec<u8>>,
+    /// A user and a network namespace made ahead by [`spawn_namespace_helper`] (user, net;
+    /// close-on-exec), with their id maps, loopback and stub's sockets: the hook joins them
+    /// instead of making its own (network off only).
+    pub ahead: Option<(RawFd, RawFd)>,
 }
 
 /// Install a `pre_exec` hook on a `std::process::Command` that, in the child, clears
@@ -2241,14 +2245,35 @@ pub fn bwrap_pre_exec(
         if ns.pid_max.is_some() {
             flags |= libc::CLONE_NEWPID;
         }
-        // SAFETY: unshare takes flags only.
-        cvt(unsafe { libc::unshare(flags) } as libc::c_long)?;
-        write_id_maps(&ns.uid_map, &ns.gid_map).map_err(io::Error::from_raw_os_error)?;
+        if let Some((user, net)) = ns.ahead {
+            // As `outer_main` does: the user namespace first (it owns the network namespace),
+            // each call naming the type it expects.
+            // SAFETY: setns on descriptors open in this child (close-on-exec: they close at
+            // bwrap's exec) with a namespace type; no memory is passed.
+            let joined = unsafe {
+                libc::setns(user, libc::CLONE_NEWUSER) == 0
+                    && libc::setns(net, libc::CLONE_NEWNET) == 0
+            };
+            if !joined {
+                return Err(io::Error::last_os_error());
+            }
+            let rest = flags & !(libc::CLONE_NEWUSER | libc::CLONE_NEWNET);
+            if rest != 0 {
+                // SAFETY: unshare takes flags only.
+                cvt(unsafe { libc::unshare(rest) } as libc::c_long)?;
+            }
+        } else {
+            // SAFETY: unshare takes flags only.
+            cvt(unsafe { libc::unshare(flags) } as libc::c_long)?;
+            write_id_maps(&ns.uid_map, &ns.gid_map).map_err(io::Error::from_raw_os_error)?;
+        }
         if let Some(mount) = &ns.mount {
             run_mount_step(&MountStep::MakeRootPrivate).map_err(io::Error::from_raw_os_error)?;
             run_mount_step(mount).map_err(io::Error::from_raw_os_error)?;
         }
-        loopback_up().map_err(io::Error::from_raw_os_error)?;
+        if ns.ahead.is_none() {
+            loopback_up().map_err(io::Error::from_raw_os_error)?;
+        }
         if let Some(bridge) = &ns.bridge {
             bridge_handoff(bridge).map_err(|(_, e)| io::Error::from_raw_os_error(e))?;
         }
@@ -2266,7 +2291,7 @@ pub fn bwrap_pre_exec(
         Ok(())
     };
     // SAFETY: the hook runs between fork and exec and only calls close_range, fcntl, setrlimit,
-    // open, openat, fstat, dup3, write, read, close, unshare, mount, socket, ioctl, setsockopt,
+    // open, openat, fstat, dup3, write, read, close, setns, unshare, mount, socket, ioctl, setsockopt,
     // bind, listen, sendmsg, prctl, getppid, pipe2, fork, poll, sigaction, waitpid, kill and
     // _exit on data captured before the fork; it allocates nothing.
     unsafe { cmd.pre_exec(hook) };

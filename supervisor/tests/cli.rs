@@ -411,7 +411,7 @@ fn a_command_cannot_create_a_commondir() {
     assert!(w.project.join(".git/commondir").exists());
 }
 
-/// The landlock executor's network and user namespaces are made ahead by a helper
+/// Both Linux executors' network and user namespaces are made ahead by a helper
 /// (`executor::ahead`), and each `garuda sandbox` run gets its own: the audit log's
 /// `command_result` says they were made ahead (so the test cannot pass on the other path),
 /// the network namespace is never the host's nor an earlier run's, and the helper's resolver
@@ -437,47 +437,59 @@ fn each_run_gets_namespaces_of_its_own_made_ahead() {
         COOKIE,
     ];
     let mut seen = vec![host_cookie];
-    for _ in 0..3 {
-        let out = sandbox(&w, &["--executor", "landlock"], &probe);
+    for executor in ["landlock", "bubblewrap", "landlock", "bubblewrap"] {
+        let out = sandbox(&w, &["--executor", executor], &probe);
         let stdout = text(&out.stdout);
-        assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{executor}: {stdout}{}",
+            text(&out.stderr)
+        );
         let lines: Vec<&str> = stdout.lines().collect();
         // The control: one namespace, asked twice, gives one cookie.
-        assert_eq!(lines[0], lines[1], "{stdout}");
+        assert_eq!(lines[0], lines[1], "{executor}: {stdout}");
         assert!(
             !seen.iter().any(|c| c == lines[0]),
-            "{} is the host's or an earlier run's: {seen:?}",
+            "{executor}: {} is the host's or an earlier run's: {seen:?}",
             lines[0]
         );
         seen.push(lines[0].to_string());
         // The stub, bound by the helper, refused the lookup and recorded it.
-        assert_eq!(lines.last(), Some(&"lookup 2"), "{stdout}");
+        assert_eq!(lines.last(), Some(&"lookup 2"), "{executor}: {stdout}");
         assert!(
             text(&out.stderr).contains("tried to look up ahead.invalid"),
-            "{}",
+            "{executor}: {}",
             text(&out.stderr)
         );
         let result = newest_command_result(&w);
-        assert_eq!(result["namespaces_made_ahead"], true, "{result}");
+        assert_eq!(
+            result["namespaces_made_ahead"], true,
+            "{executor}: {result}"
+        );
     }
-    // Where nothing is made ahead the event says so: `--executor bubblewrap`. (The landlock
-    // sandbox that makes its own namespaces is the executor's own tests': `LandlockExecutor::run`
-    // called directly prepares nothing.)
-    let out = sandbox(&w, &["--executor", "bubblewrap"], &["true"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let result = newest_command_result(&w);
-    assert_eq!(result["namespaces_made_ahead"], false, "{result}");
-    // Nor through the proxy: the helper's namespace has the stub's addresses on `lo` and its
+    // Not through the proxy: the helper's namespace has the stub's addresses on `lo` and its
     // sockets bound, and there a lookup would wait for an answer that never comes (the first
-    // build took them in proxy mode too).
-    let out = sandbox(
-        &w,
-        &["--executor", "landlock", "--allow-host", "example.invalid"],
-        &["true"],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let result = newest_command_result(&w);
-    assert_eq!(result["namespaces_made_ahead"], false, "{result}");
+    // build took them in proxy mode too). (The sandbox that makes its own namespaces is the
+    // executors' own tests': `Executor::run` called directly prepares nothing.)
+    for executor in ["landlock", "bubblewrap"] {
+        let out = sandbox(
+            &w,
+            &["--executor", executor, "--allow-host", "example.invalid"],
+            &["true"],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{executor}: {}",
+            text(&out.stderr)
+        );
+        let result = newest_command_result(&w);
+        assert_eq!(
+            result["namespaces_made_ahead"], false,
+            "{executor}: {result}"
+        );
+    }
 }
 
 /// The newest audit session's `command_result` event.

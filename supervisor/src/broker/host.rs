@@ -711,12 +711,15 @@ impl ToolHost for SessionTools<'_> {
     }
 
     /// The next sandboxed command's namespaces, made while the agent reads this answer (see
-    /// [`crate::executor::ahead`]), where this process runs it with the landlock executor.
+    /// [`crate::executor::ahead`]), where this process runs it with a Linux executor.
     fn after_command(&mut self) {
-        if self
-            .in_process(false)
-            .is_some_and(|ip| ip.executor.kind() == crate::executor::ExecutorKind::Landlock)
-        {
+        use crate::executor::ExecutorKind;
+        if self.in_process(false).is_some_and(|ip| {
+            matches!(
+                ip.executor.kind(),
+                ExecutorKind::Landlock | ExecutorKind::Bubblewrap
+            )
+        }) {
             crate::executor::ahead::prepare();
         }
     }

@@ -1,25 +1,30 @@
-//! Namespaces made ahead: the user and network namespaces of the next `landlock` sandbox,
-//! made by a short-lived helper process while the supervisor does its own work.
+//! Namespaces made ahead: the user and network namespaces of the next sandbox (`landlock` or
+//! `bubblewrap`), made by a short-lived helper process while the supervisor does its own work.
 //!
-//! A sandbox's outer process used to start with `unshare` of every namespace, then write its
-//! id maps, bring up loopback and bind the resolver stub's sockets. The network namespace is
+//! A sandbox's setup (landlock's outer process, bubblewrap's spawn hook) used to start with
+//! `unshare` of its namespaces, then write its id maps, bring up loopback and bind the
+//! resolver stub's sockets. The network namespace is
 //! the largest single cost of that setup (about half a millisecond on the benchmark machine,
 //! the user namespace and the rest a few tenths more), and none of it depends on the policy.
 //! So `garuda sandbox` calls [`prepare`] first thing (before parsing its arguments), and a
 //! helper makes them on the other core while the supervisor loads the policy, the probe cache
 //! and the audit session; the broker calls it once a session that runs commands itself
 //! starts, and again after each such command has been answered, ready for the next one
-//! ([`crate::broker`]). Whatever no sandbox took is [`discard`]ed before the process ends. The landlock executor
-//! then [`take`]s them: outer joins them with `setns` and makes only the mount, PID, IPC, UTS
-//! and cgroup namespaces itself ([`crate::sys::NativePlan::namespaces`]).
+//! ([`crate::broker`]). Whatever no sandbox took is [`discard`]ed before the process ends. An
+//! executor with the network off then [`take`]s them: landlock's outer joins them with
+//! `setns` and makes only the mount, PID, IPC, UTS and cgroup namespaces itself
+//! ([`crate::sys::NativePlan::namespaces`]); bubblewrap's hook joins them and makes only its
+//! mount and PID namespaces ([`crate::sys::BwrapNamespaces::ahead`]).
 //!
 //! What this changes for the sandbox: nothing it can see. The namespaces are the same kinds,
-//! made by the same code (`sys::namespace_helper_main` runs the steps outer ran), owned by the
-//! same user, used by one sandbox only ([`take`] removes them), and held only by descriptors
-//! of the supervisor (close-on-exec) until outer has joined them. Where anything fails — the
-//! helper cannot make a namespace, dies, or sends nothing within [`WAIT`] — the sandbox makes
-//! its own namespaces as before and reports its own failure at its own stage: never a weaker
-//! sandbox, only a slower one.
+//! made by the same code (`sys::namespace_helper_main` runs the steps outer and the hook ran),
+//! owned by the same user, used by one sandbox only ([`take`] removes them), and held only by
+//! descriptors of the supervisor (close-on-exec) until the sandbox's setup has joined them.
+//! Only with the network off: the helper's namespace has the stub's addresses on `lo` and its
+//! sockets bound, where a proxy-mode command's lookup would wait for an answer that never
+//! comes. Where anything fails — the helper cannot make a namespace, dies, or does not send
+//! one within [`WAIT`] — the sandbox makes its own namespaces as before and reports its own
+//! failure at its own stage: never a weaker sandbox, only a slower one.
 
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
@@ -41,7 +46,7 @@ struct Pending {
 /// At most one helper per process: one sandbox's worth is made ahead.
 static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
 
-/// Start making the next landlock sandbox's namespaces, unless a helper already did or is
+/// Start making the next sandbox's namespaces, unless a helper already did or is
 /// doing so. Best effort: nothing is reported; a sandbox without namespaces made ahead makes
 /// its own.
 pub fn prepare() {

@@ -457,6 +457,7 @@ pub fn bare_command(
         bridge: None,
         dns: None,
         pid_max: None,
+        ahead: None,
     };
     sys::bwrap_pre_exec(&mut command, keep, None, None, namespaces, holds);
     command
@@ -574,14 +575,33 @@ impl Executor for BubblewrapExecutor {
                 })
             }
         };
-        // With the network off, the resolver stub (best effort: without it the command is
-        // just as isolated, only without the hint).
-        let stub = match policy.network {
-            NetworkMode::Isolated => crate::dnsstub::handoff(&crate::dnsstub::resolver_addresses(
-                &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
-            ))
-            .ok(),
+        // With the network off: the user and network namespaces made ahead, with loopback up
+        // and the resolver stub's sockets bound (see `super::ahead`), if a helper made them;
+        // the hook makes them otherwise. The stub is best effort: without it the command is
+        // just as isolated, only without the hint.
+        let taken = match policy.network {
+            NetworkMode::Isolated => super::ahead::take(),
             NetworkMode::Proxy { .. } => None,
+        };
+        let namespaces_made_ahead = taken.is_some();
+        let (ahead_fds, ahead_stub, ahead_helper) = match taken {
+            Some(a) => (Some((a.user, a.net)), Some(a.stub), Some(a.helper)),
+            None => (None, None, None),
+        };
+        let mut stub_theirs = None;
+        let mut dns_plan = None;
+        let stub = match policy.network {
+            NetworkMode::Proxy { .. } => None,
+            NetworkMode::Isolated => ahead_stub.or_else(|| {
+                let (receiver, theirs, plan) =
+                    crate::dnsstub::handoff(&crate::dnsstub::resolver_addresses(
+                        &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+                    ))
+                    .ok()?;
+                stub_theirs = Some(theirs);
+                dns_plan = Some(plan);
+                Some(receiver)
+            }),
         };
         let mut keep = fds.empty.clone();
         keep.push(fds.seccomp);
@@ -593,8 +613,11 @@ impl Executor for BubblewrapExecutor {
             gid_map: sys::id_map(sys::current_gid()),
             mount,
             bridge: bridge_plan,
-            dns: stub.as_ref().map(|(_, _, plan)| *plan),
+            dns: dns_plan,
             pid_max,
+            ahead: ahead_fds
+                .as_ref()
+                .map(|(user, net)| (user.as_raw_fd(), net.as_raw_fd())),
         };
         let holds = holds(policy, &fds.binds);
         sys::bwrap_pre_exec(&mut command, keep, nproc, cgroup_procs, namespaces, holds);
@@ -626,12 +649,15 @@ impl Executor for BubblewrapExecutor {
         let spawned = command.spawn();
         // The hook's copy is closed (or the hook never ran): the receiver sees the end.
         drop(theirs);
-        // The hook handed the stub's sockets over before bwrap's exec, which `spawn` waited
-        // for: they are in the channel (or the hook failed and closed it).
-        let mut stub = stub.and_then(|(receiver, theirs, _)| {
-            drop(theirs);
-            receiver.receive_answering()
-        });
+        // The hook (or the helper) handed the stub's sockets over before bwrap's exec, which
+        // `spawn` waited for: they are in the channel (or the hook failed and closed it).
+        drop(stub_theirs);
+        drop(ahead_fds);
+        let mut stub = stub.and_then(crate::dnsstub::Receiver::receive_answering);
+        // The helper is done once its last socket is in.
+        if let Some(helper) = ahead_helper {
+            helper.finish();
+        }
         drop(seccomp_fd);
         drop(empties);
         drop(reserved);
@@ -723,7 +749,7 @@ impl Executor for BubblewrapExecutor {
             stderr,
             duration: start.elapsed(),
             lookups,
-            namespaces_made_ahead: false,
+            namespaces_made_ahead,
         })
     }
 }
