@@ -80,6 +80,64 @@ pub fn prepare() {
     drop(theirs);
 }
 
+/// What a sandbox's setup uses for its user and network namespaces and its resolver stub:
+/// namespaces made ahead (and the stub's sockets the helper bound in them), or, without them,
+/// a new channel over which the setup hands over the sockets it binds itself.
+#[derive(Default)]
+pub(crate) struct Setup {
+    /// The namespaces made ahead (user, net; close-on-exec): the supervisor's copies, to drop
+    /// once the setup has its own.
+    pub namespaces: Option<(OwnedFd, OwnedFd)>,
+    /// The resolver stub's channel (the helper's, or the new one); `None` in proxy mode, or
+    /// when no channel could be made (best effort: the command is as isolated, only without
+    /// the network-off hint).
+    pub stub: Option<Receiver>,
+    /// The setup's end of the new channel and what it binds (when the setup makes the stub's
+    /// sockets); drop the end once the setup has its copy.
+    pub handoff: Option<(OwnedFd, sys::DnsHandoff)>,
+    /// The helper, perhaps still binding the stub's sockets: reap it with
+    /// [`sys::NamespaceHelper::finish`] once they are received.
+    pub helper: Option<sys::NamespaceHelper>,
+}
+
+impl Setup {
+    /// The namespaces' descriptors, for the setup's plan.
+    pub(crate) fn namespace_fds(&self) -> Option<(std::os::fd::RawFd, std::os::fd::RawFd)> {
+        use std::os::fd::AsRawFd;
+        self.namespaces
+            .as_ref()
+            .map(|(user, net)| (user.as_raw_fd(), net.as_raw_fd()))
+    }
+}
+
+/// The [`Setup`] of a sandbox. Only with the network off are namespaces made ahead taken: the
+/// helper's namespace has the stub's addresses on `lo` and its sockets bound, which in proxy
+/// mode would leave a lookup waiting for an answer that never comes (there they stay pending,
+/// and are discarded).
+pub(crate) fn setup(network_off: bool) -> Setup {
+    if !network_off {
+        return Setup::default();
+    }
+    if let Some(a) = take() {
+        return Setup {
+            namespaces: Some((a.user, a.net)),
+            stub: Some(a.stub),
+            handoff: None,
+            helper: Some(a.helper),
+        };
+    }
+    match dnsstub::handoff(&dnsstub::resolver_addresses(
+        &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+    )) {
+        Ok((receiver, theirs, plan)) => Setup {
+            stub: Some(receiver),
+            handoff: Some((theirs, plan)),
+            ..Setup::default()
+        },
+        Err(_) => Setup::default(),
+    }
+}
+
 /// Kill and reap a helper whose namespaces no sandbox took, if any (before the process ends,
 /// so that nothing it started outlives it, not even as a zombie).
 pub fn discard() {
@@ -88,22 +146,22 @@ pub fn discard() {
 }
 
 /// Namespaces made ahead, for one sandbox.
-pub(crate) struct Ahead {
+struct Ahead {
     /// The user namespace (close-on-exec).
-    pub user: OwnedFd,
+    user: OwnedFd,
     /// The network namespace, owned by `user` (close-on-exec).
-    pub net: OwnedFd,
+    net: OwnedFd,
     /// The resolver stub's sockets, bound in `net`, in the channel (or on their way).
-    pub stub: Receiver,
+    stub: Receiver,
     /// The helper, perhaps still binding the stub's sockets: reap it with
     /// [`sys::NamespaceHelper::finish`] once they are received (dropped, it is killed first).
-    pub helper: sys::NamespaceHelper,
+    helper: sys::NamespaceHelper,
 }
 
 /// The namespaces made ahead, if [`prepare`] started a helper and it made them (a helper
 /// that made nothing is killed and reaped). Blocks until the helper has sent them, at most
 /// [`WAIT`].
-pub(crate) fn take() -> Option<Ahead> {
+fn take() -> Option<Ahead> {
     let pending = PENDING.lock().ok()?.take()?;
     let user = pending.receiver.receive_fd(WAIT);
     let net = user

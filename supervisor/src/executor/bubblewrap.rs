@@ -577,32 +577,9 @@ impl Executor for BubblewrapExecutor {
         };
         // With the network off: the user and network namespaces made ahead, with loopback up
         // and the resolver stub's sockets bound (see `super::ahead`), if a helper made them;
-        // the hook makes them otherwise. The stub is best effort: without it the command is
-        // just as isolated, only without the hint.
-        let taken = match policy.network {
-            NetworkMode::Isolated => super::ahead::take(),
-            NetworkMode::Proxy { .. } => None,
-        };
-        let namespaces_made_ahead = taken.is_some();
-        let (ahead_fds, ahead_stub, ahead_helper) = match taken {
-            Some(a) => (Some((a.user, a.net)), Some(a.stub), Some(a.helper)),
-            None => (None, None, None),
-        };
-        let mut stub_theirs = None;
-        let mut dns_plan = None;
-        let stub = match policy.network {
-            NetworkMode::Proxy { .. } => None,
-            NetworkMode::Isolated => ahead_stub.or_else(|| {
-                let (receiver, theirs, plan) =
-                    crate::dnsstub::handoff(&crate::dnsstub::resolver_addresses(
-                        &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
-                    ))
-                    .ok()?;
-                stub_theirs = Some(theirs);
-                dns_plan = Some(plan);
-                Some(receiver)
-            }),
-        };
+        // the hook makes them otherwise, and then also the stub's sockets.
+        let setup = super::ahead::setup(matches!(policy.network, NetworkMode::Isolated));
+        let namespaces_made_ahead = setup.namespaces.is_some();
         let mut keep = fds.empty.clone();
         keep.push(fds.seccomp);
         keep.push(status_write.as_raw_fd());
@@ -613,11 +590,9 @@ impl Executor for BubblewrapExecutor {
             gid_map: sys::id_map(sys::current_gid()),
             mount,
             bridge: bridge_plan,
-            dns: dns_plan,
+            dns: setup.handoff.as_ref().map(|(_, plan)| *plan),
             pid_max,
-            ahead: ahead_fds
-                .as_ref()
-                .map(|(user, net)| (user.as_raw_fd(), net.as_raw_fd())),
+            ahead: setup.namespace_fds(),
         };
         let holds = holds(policy, &fds.binds);
         sys::bwrap_pre_exec(&mut command, keep, nproc, cgroup_procs, namespaces, holds);
@@ -651,11 +626,13 @@ impl Executor for BubblewrapExecutor {
         drop(theirs);
         // The hook (or the helper) handed the stub's sockets over before bwrap's exec, which
         // `spawn` waited for: they are in the channel (or the hook failed and closed it).
-        drop(stub_theirs);
-        drop(ahead_fds);
-        let mut stub = stub.and_then(crate::dnsstub::Receiver::receive_answering);
+        drop(setup.handoff);
+        drop(setup.namespaces);
+        let mut stub = setup
+            .stub
+            .and_then(crate::dnsstub::Receiver::receive_answering);
         // The helper is done once its last socket is in.
-        if let Some(helper) = ahead_helper {
+        if let Some(helper) = setup.helper {
             helper.finish();
         }
         drop(seccomp_fd);

@@ -688,41 +688,12 @@ impl Executor for LandlockExecutor {
                     channel: theirs.as_raw_fd(),
                 });
         // The user and network namespaces, with loopback up and the stub's sockets bound, if a
-        // helper made them ahead (see `super::ahead`); outer makes them otherwise. Only with
-        // the network off: the helper's namespace has the stub's addresses on `lo` and its
-        // sockets bound, which in proxy mode would leave lookups waiting for an answer that
-        // never comes (there the namespaces stay pending, and are discarded).
-        let taken = if proxy.is_none() {
-            super::ahead::take()
-        } else {
-            None
-        };
-        let namespaces_made_ahead = taken.is_some();
-        let (ahead_fds, ahead_stub, ahead_helper) = match taken {
-            Some(a) => (Some((a.user, a.net)), Some(a.stub), Some(a.helper)),
-            None => (None, None, None),
-        };
-        let namespaces = ahead_fds
-            .as_ref()
-            .map(|(user, net)| (user.as_raw_fd(), net.as_raw_fd()));
-        // With the network off, the resolver stub (best effort: without it the command is
-        // just as isolated, only without the hint). Its sockets come from the helper, or outer
-        // makes them and hands them over (`dns_plan`).
-        let mut stub_theirs = None;
-        let mut dns_plan = None;
-        let stub = match proxy {
-            Some(_) => None,
-            None => ahead_stub.or_else(|| {
-                let (receiver, theirs, plan) =
-                    crate::dnsstub::handoff(&crate::dnsstub::resolver_addresses(
-                        &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
-                    ))
-                    .ok()?;
-                stub_theirs = Some(theirs);
-                dns_plan = Some(plan);
-                Some(receiver)
-            }),
-        };
+        // helper made them ahead (see `super::ahead`; network off only); outer makes them
+        // otherwise, and then with the network off also the stub's sockets (`dns_plan`).
+        let setup = super::ahead::setup(proxy.is_none());
+        let namespaces_made_ahead = setup.namespaces.is_some();
+        let namespaces = setup.namespace_fds();
+        let dns_plan = setup.handoff.as_ref().map(|(_, plan)| *plan);
         // Held handles go above every descriptor the child must keep.
         let first_slot = [
             report_write.as_raw_fd(),
@@ -793,8 +764,8 @@ impl Executor for LandlockExecutor {
         drop(release_read);
         drop(stdin_fd);
         drop(ruleset);
-        drop(ahead_fds);
-        drop(stub_theirs);
+        drop(setup.namespaces);
+        drop(setup.handoff);
         // While the children build the sandbox: what must precede the command (the audit
         // intent's sync). On failure the sandbox is killed; its command never executes (it
         // also stops by itself when the pipe closes without the byte).
@@ -832,9 +803,11 @@ impl Executor for LandlockExecutor {
         };
         // Network off: the stub's sockets are in the channel (the helper's, or outer's, which
         // closes its end after them or ends).
-        let mut stub = stub.and_then(crate::dnsstub::Receiver::receive_answering);
-        // The helper is done once its last socket is in (or was not wanted).
-        if let Some(helper) = ahead_helper {
+        let mut stub = setup
+            .stub
+            .and_then(crate::dnsstub::Receiver::receive_answering);
+        // The helper is done once its last socket is in.
+        if let Some(helper) = setup.helper {
             helper.finish();
         }
         // A signal to the supervisor kills the outer process, and through the death signal
