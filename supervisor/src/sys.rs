@@ -1007,8 +1007,8 @@ pub const SETUP_FAILED_EXIT: i32 = 125;
 /// Fork the native sandbox. Returns the pid of the outer child; wait for it with [`wait_pid_serving`].
 ///
 /// Process layout: `outer` (new user, mount, net, IPC, UTS, cgroup namespaces; builds the
-/// mounts; waits) → `init` (PID 1 of a new PID namespace: mounts `/proc`, bounds `pid_max`,
-/// forks the command, then hardens itself and executes the reaper ([`become_reaper`],
+/// mounts; waits) → `init` (a `clone(CLONE_VM)` of outer, see [`SandboxStacks`]: PID 1 of a
+/// new PID namespace: mounts `/proc`, bounds `pid_max`, clones the command, then hardens itself and executes the reaper ([`become_reaper`],
 /// [`INIT_PROGRAM`]), which reaps and exits when the command exits, making the kernel kill every process left in the
 /// namespace) → `command` (drops capabilities, Landlock, seccomp, waits for PID 1's exec,
 /// `execve`). Both children die with their parent (`PR_SET_PDEATHSIG`, kept across the
@@ -1108,22 +1108,174 @@ fn outer_main(plan: &NativePlan) -> ! {
             exit_now(SETUP_FAILED_EXIT)
         }
     }
-    // SAFETY: fork from the single-threaded outer child; the grandchild never returns.
-    let init = unsafe { libc::fork() };
-    if init < 0 {
-        fail(rep, Stage::ForkInit as u32);
-    }
-    if init == 0 {
-        init_main(plan)
-    }
+    // PID 1 and the command share this process's memory (a copy of the supervisor's) instead
+    // of each copying it again: see `SandboxStacks`.
+    let stacks = match SandboxStacks::map() {
+        Ok(stacks) => stacks,
+        Err(e) => {
+            report(rep, Stage::ForkInit as u32, e);
+            exit_now(SETUP_FAILED_EXIT)
+        }
+    };
+    // The command waits for the end of this pipe before it executes its program. PID 1's
+    // write end is close-on-exec: it closes when PID 1 has executed the reaper (or has died),
+    // so the program never runs beside a PID 1 that still shares a copy of the supervisor's
+    // memory. This process closes its copies right after PID 1's clone (`close_from`), the
+    // command its copy of the write end first thing (`command_entry`).
+    let (sync_read, sync_write) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+        Ok((read, write)) => (
+            std::os::fd::IntoRawFd::into_raw_fd(read),
+            std::os::fd::IntoRawFd::into_raw_fd(write),
+        ),
+        Err(e) => {
+            report(rep, Stage::Pid1Sync as u32, e.raw_os_error());
+            exit_now(SETUP_FAILED_EXIT)
+        }
+    };
+    let init_args = SandboxArgs {
+        plan,
+        command_stack_top: stacks.top(1),
+        sync_read,
+        sync_write,
+    };
+    let init = match clone_sharing_memory(init_entry, stacks.top(0), &init_args) {
+        Ok(pid) => pid,
+        Err(e) => {
+            report(rep, Stage::ForkInit as u32, e);
+            exit_now(SETUP_FAILED_EXIT)
+        }
+    };
     // Keep only stdio: no handle of the supervisor outlives the setup in this process.
     close_from(3);
+    // `init_args` and the stacks stay in place until PID 1 is reaped: by then every process
+    // of the PID namespace has ended (its PID 1 leaving waits for them), so nothing runs on
+    // this memory any more. They are never freed: `exit_now` ends this process.
     let code = match reap(init) {
         Ok(RawExit::Code(c)) => c,
         Ok(RawExit::Signal(s)) => 128 + s,
         Err(_) => SETUP_FAILED_EXIT,
     };
     exit_now(code)
+}
+
+/// The stacks of the sandbox's PID 1 and command, mapped by outer in its own memory.
+///
+/// PID 1 and the command are `clone(CLONE_VM)` children (outer → PID 1 → command) that share
+/// outer's memory, itself a copy of the supervisor's, instead of `fork`s that would each copy
+/// its page tables and then tear the copy down again when they execute: two copies of the
+/// supervisor's address space on the path to the command's start, and two teardowns (one of
+/// them inside PID 1's `execve`, which the command waits for). Sharing is sound here because:
+///
+/// - outer only waits (in `wait4`) while they run, and its memory is not the supervisor's
+///   (the supervisor's is untouched by anything they do);
+/// - each runs on a stack of its own, mapped here, with a guard page below it;
+/// - they read the plan and the argument block their parent left for them, and write only
+///   their own stacks: no allocation, no lock, as in any forked child of the supervisor;
+/// - their descriptor tables, signal handlers, credentials, seccomp filters and Landlock
+///   domains are their own (no `CLONE_FILES`, `CLONE_SIGHAND` or `CLONE_THREAD`);
+/// - the one piece of memory they write in common is `errno` (the supervisor's thread's, in
+///   the copy), through libc calls that fail: only two failures at the same moment in PID 1
+///   and the command could report one's errno for the other's stage;
+/// - PID 1 executes the start-up program and the command its program, which gives each a
+///   new address space: neither the reaper nor the command ever runs on shared memory (the
+///   command still waits for PID 1's `execve`, as before).
+///
+/// The mapping is never unmapped: outer ends with `_exit` once PID 1 is reaped, after which
+/// no process of the sandbox remains.
+struct SandboxStacks {
+    base: usize,
+}
+
+/// Each stack's size, its guard page included (pages are only faulted in as they are used).
+const SANDBOX_STACK: usize = 256 * 1024;
+
+impl SandboxStacks {
+    /// Two stacks, each with its lowest page made inaccessible. Errno on failure.
+    fn map() -> Result<SandboxStacks, i32> {
+        // SAFETY: a fresh anonymous private mapping; no address hint, nothing refers to it yet.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * SANDBOX_STACK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(errno());
+        }
+        let page = page_size();
+        for i in 0..2 {
+            let guard = (base as usize + i * SANDBOX_STACK) as *mut libc::c_void;
+            // SAFETY: the lowest page of each stack, inside the mapping made above, becomes its
+            // guard: an overflow faults instead of writing into the other stack or below.
+            if unsafe { libc::mprotect(guard, page, libc::PROT_NONE) } != 0 {
+                return Err(errno());
+            }
+        }
+        Ok(SandboxStacks {
+            base: base as usize,
+        })
+    }
+
+    /// The top (highest address, 16-byte aligned) of stack `index`.
+    fn top(&self, index: usize) -> usize {
+        self.base + (index + 1) * SANDBOX_STACK
+    }
+}
+
+/// What outer leaves on its own stack for PID 1 and the command, in place until PID 1 is
+/// reaped (outer only waits meanwhile).
+struct SandboxArgs<'a> {
+    plan: &'a NativePlan,
+    command_stack_top: usize,
+    /// The pipe that holds the command back until PID 1 has executed the reaper.
+    sync_read: RawFd,
+    sync_write: RawFd,
+}
+
+/// `clone(CLONE_VM | SIGCHLD)`: a child process that shares this process's memory and runs
+/// `entry(args)` on the stack ending at `stack_top` (see [`SandboxStacks`]). Errno on failure.
+fn clone_sharing_memory<T>(
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    stack_top: usize,
+    args: &T,
+) -> Result<libc::pid_t, i32> {
+    let arg = std::ptr::from_ref(args).cast_mut().cast::<libc::c_void>();
+    // SAFETY: the child runs `entry` on a stack of its own inside a mapping of this process
+    // that outlives it (`SandboxStacks`), with a pointer to `args`, which its caller keeps in
+    // place until the child no longer uses it; the child shares this process's memory but,
+    // as `SandboxStacks` says, writes only its own stack.
+    let pid = unsafe {
+        libc::clone(
+            entry,
+            stack_top as *mut libc::c_void,
+            libc::CLONE_VM | libc::SIGCHLD,
+            arg,
+        )
+    };
+    if pid < 0 {
+        return Err(errno());
+    }
+    Ok(pid)
+}
+
+extern "C" fn init_entry(args: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `args` is outer's `SandboxArgs`, in place until PID 1 is reaped.
+    let args = unsafe { &*(args as *const SandboxArgs<'_>) };
+    init_main(args)
+}
+
+extern "C" fn command_entry(args: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `args` is outer's `SandboxArgs`, in place until PID 1 is reaped, which is after
+    // the command has executed its program or ended (PID 1 outlives every process of its
+    // namespace).
+    let args = unsafe { &*(args as *const SandboxArgs<'_>) };
+    // The command keeps only the read end.
+    close_raw(args.sync_write);
+    command_main(args.plan, args.sync_read)
 }
 
 /// Put the default actions of the forwarded signals back in a forked child (sigaction is
@@ -1449,7 +1601,8 @@ fn cloexec_from(first: u32) -> Result<(), i32> {
     Ok(())
 }
 
-fn init_main(plan: &NativePlan) -> ! {
+fn init_main(args: &SandboxArgs<'_>) -> ! {
+    let plan = args.plan;
     let rep = plan.report_fd;
     // The death signal reaches PID 1 because it comes from outside the namespace.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
@@ -1471,28 +1624,15 @@ fn init_main(plan: &NativePlan) -> ! {
             exit_now(SETUP_FAILED_EXIT)
         }
     }
-    // The command waits for the end of this pipe before it executes its program. PID 1's
-    // write end is close-on-exec: it closes when PID 1 has executed the reaper (or has died),
-    // so the program never runs beside a PID 1 that still holds a copy of the supervisor.
-    let (sync_read, sync_write) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
-        Ok(ends) => ends,
+    let cmd = match clone_sharing_memory(command_entry, args.command_stack_top, args) {
+        Ok(pid) => pid,
         Err(e) => {
-            report(rep, Stage::Pid1Sync as u32, e.raw_os_error());
+            report(rep, Stage::ForkCommand as u32, e);
             exit_now(SETUP_FAILED_EXIT)
         }
     };
-    // SAFETY: fork from the single-threaded init; the child never returns.
-    let cmd = unsafe { libc::fork() };
-    if cmd < 0 {
-        fail(rep, Stage::ForkCommand as u32);
-    }
-    if cmd == 0 {
-        // The command keeps only the read end.
-        drop(sync_write);
-        command_main(plan, sync_read.as_raw_fd())
-    }
     // PID 1 keeps only the write end (close-on-exec), open until `exit_now` or the exec.
-    drop(sync_read);
+    close_raw(args.sync_read);
     let (stage, e) = become_reaper(plan, cmd);
     report(rep, stage as u32, e);
     // The command must not run under a PID 1 that failed to harden: it is still waiting on
@@ -1500,8 +1640,7 @@ fn init_main(plan: &NativePlan) -> ! {
     if let Some(cmd) = rustix::process::Pid::from_raw(cmd) {
         let _ = rustix::process::kill_process(cmd, rustix::process::Signal::KILL);
     }
-    // `sync_write` closes with this process, not before.
-    let _ = std::os::fd::IntoRawFd::into_raw_fd(sync_write);
+    // The write end closes with this process, not before.
     exit_now(SETUP_FAILED_EXIT)
 }
 
@@ -1526,7 +1665,7 @@ fn decimal(value: u32, buf: &mut [u8; 12]) -> *const libc::c_char {
 /// then execute the start-up program as the reaper ([`REAPER_ARGV0`], [`INIT_PROGRAM`]).
 /// Returns only on failure, with the stage and errno.
 ///
-/// Until here PID 1 is a fork of the supervisor: a copy of its whole memory (the user's
+/// Until here PID 1 runs on outer's copy of the supervisor's whole memory (the user's
 /// environment, the policy, whatever the allocator freed but did not clear, other threads'
 /// stacks), all capabilities in the sandbox's user namespace, no seccomp, no no-new-privs.
 /// In a forked child of a multi-threaded process the heap cannot be walked or scrubbed
@@ -1787,26 +1926,63 @@ fn hold_at(path: &CStr, fd: RawFd) -> Result<(), i32> {
     Ok(())
 }
 
-/// Opens the absolute `path` with `O_PATH` (close-on-exec) one component at a time, refusing
-/// a symbolic link in any of them (`ENOTDIR` on the way, `ELOOP` at the end). The policy's
-/// paths are canonical, so a link there now was put there after the policy was built: by a
-/// command running at the same time, which swaps a writable hole (`sub/.git/objects`) or a
-/// pinned folder for a link to the main repository's hooks or to the home, so that the
-/// read-write bind would land there. Async-signal-safe: no allocation.
+/// Opens the absolute `path` with `O_PATH` (close-on-exec), refusing a symbolic link in any
+/// of its components (`ELOOP`). The policy's paths are canonical, so a link there now was put
+/// there after the policy was built: by a command running at the same time, which swaps a
+/// writable hole (`sub/.git/objects`) or a pinned folder for a link to the main repository's
+/// hooks or to the home, so that the read-write bind would land there. Async-signal-safe: no
+/// allocation.
+///
+/// One `openat2` with `RESOLVE_NO_SYMLINKS` does it (Linux 5.6); where that call is missing or
+/// refused by an outer seccomp filter (`ENOSYS`, `EPERM`: older container runtimes), the path
+/// is walked one component at a time instead ([`open_path_no_links_by_walk`]).
 fn open_path_no_links(path: &CStr) -> Result<OwnedFd, i32> {
-    use rustix::fs::{FileType, Mode, OFlags};
+    use rustix::fs::{FileType, Mode, OFlags, ResolveFlags, CWD};
     let errno = |e: rustix::io::Errno| e.raw_os_error();
     let bytes = path.to_bytes();
     if bytes.first() != Some(&b'/') {
         return Err(libc::EINVAL);
     }
+    // A canonical path has neither `.` nor `..`; either would walk around the check.
+    if bytes.split(|b| *b == b'/').any(|p| p == b"." || p == b"..") {
+        return Err(libc::EINVAL);
+    }
+    // Without `O_NOFOLLOW`: with it and `O_PATH`, a final link would be opened as itself.
+    let held = match rustix::fs::openat2(
+        CWD,
+        path,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Ok(held) => held,
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
+            return open_path_no_links_by_walk(path)
+        }
+        Err(e) => return Err(errno(e)),
+    };
+    // Belt and braces: the call above never returns a link.
+    let st = rustix::fs::fstat(&held).map_err(errno)?;
+    if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+        return Err(libc::ELOOP);
+    }
+    Ok(held)
+}
+
+/// [`open_path_no_links`] without `openat2`: one `openat(O_PATH | O_NOFOLLOW)` per component
+/// from `/` (`ENOTDIR` for a link on the way, `ELOOP` at the end). The path is absolute and
+/// has no `.` or `..` (checked by the caller).
+fn open_path_no_links_by_walk(path: &CStr) -> Result<OwnedFd, i32> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let errno = |e: rustix::io::Errno| e.raw_os_error();
     let mut dir = rustix::fs::open(
         c"/",
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .map_err(errno)?;
-    let mut parts = bytes
+    let mut parts = path
+        .to_bytes()
         .split(|b| *b == b'/')
         .filter(|p| !p.is_empty())
         .peekable();
@@ -1815,10 +1991,6 @@ fn open_path_no_links(path: &CStr) -> Result<OwnedFd, i32> {
     while let Some(part) = parts.next() {
         if part.len() >= name.len() {
             return Err(libc::ENAMETOOLONG);
-        }
-        // A canonical path has neither `.` nor `..`; either would walk around the check.
-        if part == b"." || part == b".." {
-            return Err(libc::EINVAL);
         }
         name[..part.len()].copy_from_slice(part);
         name[part.len()] = 0;
@@ -2561,4 +2733,53 @@ pub fn take_channel_fd() -> io::Result<OwnedFd> {
 /// channel takes right before `execve` executes that handle.
 pub fn dup_at_least(fd: &OwnedFd, min: RawFd) -> io::Result<OwnedFd> {
     Ok(rustix::io::fcntl_dupfd_cloexec(fd, min)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+
+    fn c(path: &std::path::Path) -> std::ffi::CString {
+        std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap()
+    }
+
+    /// Both ways of holding a bind source refuse a link anywhere in the path and hold the
+    /// real folder; control: the same paths through the links open with a plain `open`.
+    #[test]
+    fn a_held_path_with_a_link_in_it_is_refused_both_ways() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("real/inner")).unwrap();
+        std::os::unix::fs::symlink("real", root.join("link")).unwrap();
+        std::os::unix::fs::symlink("real/inner", root.join("last")).unwrap();
+        let on_the_way = c(&root.join("link/inner"));
+        let at_the_end = c(&root.join("last"));
+        let real = c(&root.join("real/inner"));
+        for path in ["link/inner", "last"] {
+            assert!(std::fs::metadata(root.join(path)).unwrap().is_dir());
+        }
+        assert_eq!(open_path_no_links(&on_the_way).err(), Some(libc::ELOOP));
+        assert_eq!(open_path_no_links(&at_the_end).err(), Some(libc::ELOOP));
+        assert_eq!(
+            open_path_no_links_by_walk(&on_the_way).err(),
+            Some(libc::ENOTDIR)
+        );
+        assert_eq!(
+            open_path_no_links_by_walk(&at_the_end).err(),
+            Some(libc::ELOOP)
+        );
+        let inode = std::fs::metadata(root.join("real/inner")).unwrap().ino();
+        for held in [
+            open_path_no_links(&real).unwrap(),
+            open_path_no_links_by_walk(&real).unwrap(),
+        ] {
+            assert_eq!(rustix::fs::fstat(&held).unwrap().st_ino, inode);
+        }
+        for dotted in ["/tmp/../etc", "/tmp/./x", "relative"] {
+            let dotted = std::ffi::CString::new(dotted).unwrap();
+            assert_eq!(open_path_no_links(&dotted).err(), Some(libc::EINVAL));
+        }
+    }
 }
