@@ -1438,7 +1438,8 @@ fn check_heredoc_delimiters(text: &str) -> Result<(), SplitError> {
         // started inside a command substitution that closes before the document's body, on
         // the same line (`"$(<<EOF)…` with the body after). Refused up front; the usual form,
         // with the body and `EOF` before the `)`, is not affected. Quote-blind, as above.
-        let rest_of_line = &text[end..text[end..].find('\n').map_or(text.len(), |n| end + n)];
+        let line_end = text[end..].find('\n').map_or(text.len(), |n| end + n);
+        let rest_of_line = &text[end..line_end];
         if text[..at].contains("$(") && rest_of_line.contains(')') {
             return Err(SplitError::Syntax {
                 line: preview(text),
@@ -1447,6 +1448,42 @@ fn check_heredoc_delimiters(text: &str) -> Result<(), SplitError> {
                          (not supported)"
                     .to_owned(),
             });
+        }
+        // The same tokenizer panics two more ways on a here-document inside `$(…)` (found by
+        // the fuzz target in CI): a body line that starts with `)` (`"$(<<EF\n)\nEF"`), and a
+        // quote or a second `<<` after the delimiter on its line, which moves where the body
+        // starts. Both are refused up front. A `)` inside a body is refused later in any case
+        // (where the substitution ends is ambiguous), and the usual forms (`"$(cat <<'EOF'`
+        // and `$(cat <<EOF | wc -l`) are not affected. Quote-blind, as above.
+        if text[..at].contains("$(") {
+            if rest_of_line.contains(['"', '\'', '`']) || rest_of_line.contains("<<") {
+                return Err(SplitError::Syntax {
+                    line: preview(text),
+                    at: None,
+                    reason: "here-document in a command substitution with a quote or another \
+                             redirection from a text after its delimiter (not supported)"
+                        .to_owned(),
+                });
+            }
+            let delimiter: String = text[j..end]
+                .chars()
+                .filter(|c| !matches!(c, '\'' | '"' | '\\'))
+                .collect();
+            let body = text.get(line_end + 1..).unwrap_or("").split('\n');
+            for body_line in body {
+                if body_line.trim_start_matches('\t') == delimiter {
+                    break;
+                }
+                if body_line.trim_start().starts_with(')') {
+                    return Err(SplitError::Syntax {
+                        line: preview(text),
+                        at: None,
+                        reason: "here-document in a command substitution with a body line that \
+                                 starts with `)`: where the substitution ends is ambiguous"
+                            .to_owned(),
+                    });
+                }
+            }
         }
     }
     Ok(())
@@ -1935,6 +1972,22 @@ mod tests {
                 matches!(&got, Err(SplitError::Syntax { reason, .. }) if reason.contains("closes before its body")),
                 "{line:?}: {got:?}"
             );
+        }
+        // The two more ways (fuzz target, CI of 33b0fdd), minimized and as found.
+        let found =
+            "giw co\"$(ca9 <<'EOF' <<< \"$\n$t)\u{0} >*tee b) <<< \"${x:-$(id)}\" wc\nEOF\n)\"";
+        for line in ["$(<<EF\n)\nEF", "x=$(<<'EF'\n)a\nEF\n", found] {
+            let got = split(line);
+            assert!(
+                matches!(&got, Err(SplitError::Syntax { reason, .. }) if reason.contains("here-document in a command substitution")),
+                "{line:?}: {got:?}"
+            );
+        }
+        for usual in [
+            "echo \"$(cat <<EOF | wc -l\na (b) c\nEOF\n)\"",
+            "git commit -m \"$(cat <<'EOF'\nfix (thing)\nEOF\n)\"",
+        ] {
+            assert!(split(usual).is_ok(), "{usual:?}: {:?}", split(usual));
         }
         let usual = "git commit -m \"$(cat <<'EOF'\nthe message\nEOF\n)\"";
         let split_usual = argvs(usual);
