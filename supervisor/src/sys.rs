@@ -1175,7 +1175,9 @@ fn outer_main(plan: &NativePlan) -> ! {
 ///   domains are their own (no `CLONE_FILES`, `CLONE_SIGHAND` or `CLONE_THREAD`);
 /// - the one piece of memory they write in common is `errno` (the supervisor's thread's, in
 ///   the copy), through libc calls that fail: only two failures at the same moment in PID 1
-///   and the command could report one's errno for the other's stage;
+///   and the command could report one's errno for the other's stage; glibc's per-thread
+///   data (its cached thread id) is outer's too, so an `abort` in either would signal outer,
+///   which ends the whole sandbox (fails closed; these paths do not panic);
 /// - PID 1 executes the start-up program and the command its program, which gives each a
 ///   new address space: neither the reaper nor the command ever runs on shared memory (the
 ///   command still waits for PID 1's `execve`, as before).
