@@ -47,3 +47,6 @@ pub mod run_agent;
 pub mod sessions;
 pub mod staged_ask;
 pub(crate) mod sys;
+
+#[doc(hidden)]
+pub use sys::answer_on_this_thread;

@@ -875,13 +875,13 @@ pub enum Stage {
     Unshare = 4,
     /// Writing the id maps.
     IdMaps = 5,
-    /// `fork` of the PID namespace's init.
+    /// Starting the PID namespace's init: its stacks, its `clone` (the name is historical).
     ForkInit = 6,
     /// Mounting `/proc`.
     MountProc = 7,
     /// Writing `pid_max`.
     PidMax = 8,
-    /// `fork` of the command.
+    /// Starting the command's process: its `clone` (the name is historical).
     ForkCommand = 9,
     /// `chdir` to the working directory.
     Chdir = 10,
@@ -1008,9 +1008,9 @@ pub const SETUP_FAILED_EXIT: i32 = 125;
 ///
 /// Process layout: `outer` (new user, mount, net, IPC, UTS, cgroup namespaces; builds the
 /// mounts; waits) → `init` (a `clone(CLONE_VM)` of outer, see [`SandboxStacks`]: PID 1 of a
-/// new PID namespace: mounts `/proc`, bounds `pid_max`, clones the command, then hardens itself and executes the reaper ([`become_reaper`],
-/// [`INIT_PROGRAM`]), which reaps and exits when the command exits, making the kernel kill every process left in the
-/// namespace) → `command` (drops capabilities, Landlock, seccomp, waits for PID 1's exec,
+/// new PID namespace: mounts `/proc`, bounds `pid_max`, clones the command, then hardens
+/// itself and executes the reaper ([`become_reaper`], [`INIT_PROGRAM`]), which reaps and exits
+/// when the command exits, making the kernel kill every process left in the namespace) → `command` (drops capabilities, Landlock, seccomp, waits for PID 1's exec,
 /// `execve`). Both children die with their parent (`PR_SET_PDEATHSIG`, kept across the
 /// reaper's exec), so killing `outer` kills the whole tree.
 pub fn spawn_native(plan: &NativePlan) -> io::Result<libc::pid_t> {
@@ -1138,7 +1138,10 @@ fn outer_main(plan: &NativePlan) -> ! {
         sync_read,
         sync_write,
     };
-    let init = match clone_sharing_memory(init_entry, stacks.top(0), &init_args) {
+    // SAFETY: PID 1 runs on the first stack mapped above, which outer never unmaps; `init_args`
+    // stays on this stack frame until PID 1 is reaped below; `init_main` writes only its own
+    // stack (see `SandboxStacks`).
+    let init = match unsafe { clone_sharing_memory(init_entry, stacks.top(0), &init_args) } {
         Ok(pid) => pid,
         Err(e) => {
             report(rep, Stage::ForkInit as u32, e);
@@ -1194,31 +1197,8 @@ const SANDBOX_STACK: usize = 256 * 1024;
 impl SandboxStacks {
     /// Two stacks, each with its lowest page made inaccessible. Errno on failure.
     fn map() -> Result<SandboxStacks, i32> {
-        // SAFETY: a fresh anonymous private mapping; no address hint, nothing refers to it yet.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                2 * SANDBOX_STACK,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(errno());
-        }
-        let page = page_size();
-        for i in 0..2 {
-            let guard = (base as usize + i * SANDBOX_STACK) as *mut libc::c_void;
-            // SAFETY: the lowest page of each stack, inside the mapping made above, becomes its
-            // guard: an overflow faults instead of writing into the other stack or below.
-            if unsafe { libc::mprotect(guard, page, libc::PROT_NONE) } != 0 {
-                return Err(errno());
-            }
-        }
         Ok(SandboxStacks {
-            base: base as usize,
+            base: map_guarded_stacks(2, SANDBOX_STACK)?,
         })
     }
 
@@ -1226,6 +1206,41 @@ impl SandboxStacks {
     fn top(&self, index: usize) -> usize {
         self.base + (index + 1) * SANDBOX_STACK
     }
+}
+
+/// Maps `count` stacks of `size` bytes each (a multiple of the page size) in one anonymous
+/// mapping and makes the lowest page of each a guard (`PROT_NONE`): an overflow faults instead
+/// of writing into the next stack or below. Returns the mapping's address; its length is
+/// `count * size`. Async-signal-safe (outer maps its children's stacks after `fork`); errno on
+/// failure, the mapping then released.
+fn map_guarded_stacks(count: usize, size: usize) -> Result<usize, i32> {
+    // SAFETY: a fresh anonymous private mapping; no address hint, nothing refers to it yet.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            count * size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    let page = page_size();
+    for i in 0..count {
+        let guard = (base as usize + i * size) as *mut libc::c_void;
+        // SAFETY: the lowest page of stack `i`, inside the mapping made above, becomes its
+        // guard.
+        if unsafe { libc::mprotect(guard, page, libc::PROT_NONE) } != 0 {
+            let e = errno();
+            // SAFETY: the mapping made above, which nothing uses yet.
+            unsafe { libc::munmap(base, count * size) };
+            return Err(e);
+        }
+    }
+    Ok(base as usize)
 }
 
 /// What outer leaves on its own stack for PID 1 and the command, in place until PID 1 is
@@ -1239,17 +1254,24 @@ struct SandboxArgs<'a> {
 }
 
 /// `clone(CLONE_VM | SIGCHLD)`: a child process that shares this process's memory and runs
-/// `entry(args)` on the stack ending at `stack_top` (see [`SandboxStacks`]). Errno on failure.
-fn clone_sharing_memory<T>(
+/// `entry(args)` on the stack ending at `stack_top`. Errno on failure. Used for the namespace
+/// helper ([`spawn_namespace_helper`]) and for the sandbox's PID 1 and command
+/// ([`SandboxStacks`]), whose docs argue the sharing.
+///
+/// # Safety
+///
+/// `stack_top` is the 16-byte aligned top of a stack mapping that nothing else uses and that
+/// outlives the child; `args` stays in place, unmodified, for as long as the child may read
+/// it; `entry` writes no memory but that stack (no allocation, no lock, no `errno` the parent
+/// relies on) until the child executes or exits.
+unsafe fn clone_sharing_memory<T>(
     entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
     stack_top: usize,
     args: &T,
 ) -> Result<libc::pid_t, i32> {
     let arg = std::ptr::from_ref(args).cast_mut().cast::<libc::c_void>();
-    // SAFETY: the child runs `entry` on a stack of its own inside a mapping of this process
-    // that outlives it (`SandboxStacks`), with a pointer to `args`, which its caller keeps in
-    // place until the child no longer uses it; the child shares this process's memory but,
-    // as `SandboxStacks` says, writes only its own stack.
+    // SAFETY: the caller's contract above: the child runs `entry` on its own stack with a
+    // pointer to `args`, and writes nothing else of the memory it shares.
     let pid = unsafe {
         libc::clone(
             entry,
@@ -1369,54 +1391,21 @@ impl Drop for NamespaceHelper {
 /// blocked in it, so no handler of the supervisor's runs on its stack.
 pub fn spawn_namespace_helper(plan: NamespacePlan) -> io::Result<NamespaceHelper> {
     let plan = Box::new(plan);
-    // SAFETY: a fresh anonymous private mapping; no address hint, nothing else refers to it.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            HELPER_STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
+    let base = map_guarded_stacks(1, HELPER_STACK).map_err(io::Error::from_raw_os_error)?;
     let mut helper = NamespaceHelper {
         pid: 0,
         plan,
-        stack: (base as usize, HELPER_STACK),
+        stack: (base, HELPER_STACK),
         reaped: true,
     };
-    // SAFETY: the lowest page of the mapping made above becomes its guard: an overflow faults
-    // instead of writing below the stack.
-    if unsafe { libc::mprotect(base, page_size(), libc::PROT_NONE) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let plan_ptr = std::ptr::from_ref::<NamespacePlan>(&*helper.plan) as *mut libc::c_void;
-    let top = (base as usize + HELPER_STACK) as *mut libc::c_void;
     let old = block_all_signals()?;
-    // SAFETY: the child runs `namespace_helper_entry` on the stack mapped above (16-byte
-    // aligned top), with the plan's address; both stay valid and unmodified until the child
-    // is reaped (`NamespaceHelper` owns them and reaps before it releases them). Without
-    // CLONE_VFORK the parent goes on at once; see above for why the shared memory is sound.
-    let pid = unsafe {
-        libc::clone(
-            namespace_helper_entry,
-            top,
-            libc::CLONE_VM | libc::SIGCHLD,
-            plan_ptr,
-        )
-    };
-    let spawned = if pid < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    };
+    // SAFETY: the child runs on the stack mapped above with the boxed plan; both stay valid
+    // and unmodified until it is reaped (`NamespaceHelper` owns them and reaps before it
+    // releases them); see above for why the shared memory is sound.
+    let spawned =
+        unsafe { clone_sharing_memory(namespace_helper_entry, base + HELPER_STACK, &*helper.plan) };
     restore_signals(&old);
-    spawned?;
-    helper.pid = pid;
+    helper.pid = spawned.map_err(io::Error::from_raw_os_error)?;
     helper.reaped = false;
     Ok(helper)
 }
@@ -1626,7 +1615,9 @@ fn init_main(args: &SandboxArgs<'_>) -> ! {
             exit_now(SETUP_FAILED_EXIT)
         }
     }
-    let cmd = match clone_sharing_memory(command_entry, args.command_stack_top, args) {
+    // SAFETY: the command runs on the second stack outer mapped; `args` is outer's, in place
+    // until PID 1 is reaped; `command_main` writes only its own stack (see `SandboxStacks`).
+    let cmd = match unsafe { clone_sharing_memory(command_entry, args.command_stack_top, args) } {
         Ok(pid) => pid,
         Err(e) => {
             report(rep, Stage::ForkCommand as u32, e);
@@ -2737,6 +2728,29 @@ pub fn dup_at_least(fd: &OwnedFd, min: RawFd) -> io::Result<OwnedFd> {
     Ok(rustix::io::fcntl_dupfd_cloexec(fd, min)?)
 }
 
+/// For tests: from now on `syscall` answers `errno` on the calling thread (a seccomp filter
+/// on this thread alone, as an old kernel or a container runtime's filter would answer), so
+/// that a fallback can be shown to run. It only ever takes a call away.
+#[doc(hidden)]
+pub fn answer_on_this_thread(syscall: libc::c_long, errno: i32) -> io::Result<()> {
+    let mut rules = std::collections::BTreeMap::new();
+    rules.insert(syscall, vec![]);
+    let arch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| io::Error::other(e.to_string()))?;
+    let filter = seccompiler::SeccompFilter::new(
+        rules,
+        seccompiler::SeccompAction::Allow,
+        seccompiler::SeccompAction::Errno(errno as u32),
+        arch,
+    )
+    .map_err(|e| io::Error::other(e.to_string()))?;
+    let program: seccompiler::BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| io::Error::other(e.to_string()))?;
+    seccompiler::apply_filter(&program).map_err(|e| io::Error::other(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2747,15 +2761,21 @@ mod tests {
         std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap()
     }
 
-    /// Both ways of holding a bind source refuse a link anywhere in the path and hold the
-    /// real folder; control: the same paths through the links open with a plain `open`.
-    #[test]
-    fn a_held_path_with_a_link_in_it_is_refused_both_ways() {
+    /// `real/inner`, `link` → `real` and `last` → `real/inner` in a fresh folder (canonical).
+    fn linked_tree() -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir_all(root.join("real/inner")).unwrap();
         std::os::unix::fs::symlink("real", root.join("link")).unwrap();
         std::os::unix::fs::symlink("real/inner", root.join("last")).unwrap();
+        (dir, root)
+    }
+
+    /// Both ways of holding a bind source refuse a link anywhere in the path and hold the
+    /// real folder; control: the same paths through the links open with a plain `open`.
+    #[test]
+    fn a_held_path_with_a_link_in_it_is_refused_both_ways() {
+        let (_dir, root) = linked_tree();
         let on_the_way = c(&root.join("link/inner"));
         let at_the_end = c(&root.join("last"));
         let real = c(&root.join("real/inner"));
@@ -2782,6 +2802,33 @@ mod tests {
         for dotted in ["/tmp/../etc", "/tmp/./x", "relative"] {
             let dotted = std::ffi::CString::new(dotted).unwrap();
             assert_eq!(open_path_no_links(&dotted).err(), Some(libc::EINVAL));
+        }
+    }
+
+    /// Where `openat2` answers `ENOSYS` (an old kernel) or `EPERM` (an outer seccomp filter),
+    /// holding a path walks it instead and still refuses the links: the walk's own errno
+    /// (`ENOTDIR` for a link on the way) shows it ran. Control: beside the filter, `openat2`
+    /// answers (`ELOOP`). Each filter is installed on a thread of its own.
+    #[test]
+    fn without_openat2_a_held_path_is_walked_and_links_are_still_refused() {
+        let (_dir, root) = linked_tree();
+        let on_the_way = c(&root.join("link/inner"));
+        let real = c(&root.join("real/inner"));
+        assert_eq!(open_path_no_links(&on_the_way).err(), Some(libc::ELOOP));
+        for answer in [libc::ENOSYS, libc::EPERM] {
+            let (link, held) = std::thread::scope(|s| {
+                s.spawn(|| {
+                    answer_on_this_thread(libc::SYS_openat2, answer).unwrap();
+                    (
+                        open_path_no_links(&on_the_way).err(),
+                        open_path_no_links(&real).map(drop),
+                    )
+                })
+                .join()
+                .unwrap()
+            });
+            assert_eq!(link, Some(libc::ENOTDIR), "openat2 answering {answer}");
+            assert_eq!(held, Ok(()), "openat2 answering {answer}");
         }
     }
 }
