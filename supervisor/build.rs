@@ -3,6 +3,9 @@
 //! `sys::INIT_PROGRAM` to embed. It uses neither the standard library nor libc and is linked
 //! as a static position-independent executable that relocates itself (see its header).
 //!
+//! It also packs the `garuda` binary's relative relocations (`-z pack-relative-relocs`, on
+//! Linux with glibc).
+//!
 //! Only Linux on x86-64 and AArch64 has it (the executors that run it are Linux's); elsewhere
 //! the cfg `garuda_init` is unset and asking for the program is a setup error.
 
@@ -16,6 +19,15 @@ fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    // The `garuda` binary's relative relocations packed as a bitmap (DT_RELR: GNU ld 2.38,
+    // glibc 2.36 or later): about 26,400 of them were 638 KB that the dynamic loader read from
+    // the file at every start, before any of Garuda's code ran; packed they are 8 KB
+    // (docs/benchmarks.md, "Relative relocations packed"). Here rather than in a cargo config,
+    // so that the option goes wherever the package is built. The start-up program below is
+    // linked with `nopack-relative-relocs`: its own relocator reads RELA.
+    if os == "linux" && env::var("CARGO_CFG_TARGET_ENV").is_ok_and(|e| e == "gnu") {
+        println!("cargo::rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
     if os != "linux" || !matches!(arch.as_str(), "x86_64" | "aarch64") {
         return;
     }

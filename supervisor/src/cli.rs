@@ -107,6 +107,67 @@ struct Cli {
     allow: Vec<String>,
 }
 
+/// `garuda sandbox`'s flags: one struct, so that the full parser ([`Cli`]) and the
+/// sandbox's own ([`SandboxOnlyCli`]) read them alike.
+#[derive(Debug, clap::Args)]
+struct SandboxFlags {
+    /// Executor (default: the `executor` setting, else auto).
+    #[arg(long, value_enum)]
+    executor: Option<ExecutorArg>,
+    /// Project root (default: the git root above the current folder, else the folder).
+    #[arg(long)]
+    project: Option<PathBuf>,
+    /// Capture stdout and stderr as the agent would (capped, with a truncation marker)
+    /// and print them when the command ends, instead of streaming.
+    #[arg(long)]
+    capture: bool,
+    /// Kill the command and everything it started after this many seconds (1 to
+    /// 31536000; without it, no limit).
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    timeout: Option<u64>,
+    /// Print which executor runs the command and why.
+    #[arg(long, short)]
+    verbose: bool,
+    /// Run the command over a staged view of the project (also when the settings say
+    /// `"commands": {"mode": "staged"}`): the project changes only if the change is
+    /// applied.
+    #[arg(long)]
+    staged: bool,
+    /// With a staged command: apply the change without asking.
+    #[arg(long, conflicts_with = "discard")]
+    apply: bool,
+    /// With a staged command: discard the change without asking.
+    #[arg(long)]
+    discard: bool,
+    /// With `--apply`: also apply changes to sensitive files (`.env*`, keys, `.npmrc`,
+    /// `.netrc`, …), whose content the change list never shows. Without it, `--apply`
+    /// refuses a change that touches one (exit 122).
+    #[arg(long = "apply-sensitive", requires = "apply")]
+    apply_sensitive: bool,
+    /// Ask over the Unix socket at PATH instead of on the terminal (the chat runs its
+    /// commands so; `staged_ask`): a staged command's "apply or discard?", and, unless the
+    /// profile is strict or a managed policy fixes the hosts, a host the network allowlist
+    /// does not name (the proxy then runs even with an empty allowlist, and waits).
+    #[arg(
+        long = "ask-socket",
+        value_name = "PATH",
+        hide = true,
+        conflicts_with_all = ["apply", "discard"]
+    )]
+    ask_socket: Option<PathBuf>,
+    /// Use the strict profile: an OS sandbox is required (no host fallback).
+    #[arg(long)]
+    strict: bool,
+    /// Let the command reach HOST (port 80 and 443; HOST:PORT for another port;
+    /// `*.example.com` for the names below it) through Garuda's proxy, in addition to the
+    /// policy's `network.allow`. Refused hosts are listed when the command ends.
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    allow_host: Vec<String>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    command: Vec<OsString>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum OutputFormatArg {
     Text,
@@ -144,63 +205,7 @@ impl From<ExecutorArg> for ExecutorChoice {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run a command under the effective policy, with the project as its writable root.
-    Sandbox {
-        /// Executor (default: the `executor` setting, else auto).
-        #[arg(long, value_enum)]
-        executor: Option<ExecutorArg>,
-        /// Project root (default: the git root above the current folder, else the folder).
-        #[arg(long)]
-        project: Option<PathBuf>,
-        /// Capture stdout and stderr as the agent would (capped, with a truncation marker)
-        /// and print them when the command ends, instead of streaming.
-        #[arg(long)]
-        capture: bool,
-        /// Kill the command and everything it started after this many seconds (1 to
-        /// 31536000; without it, no limit).
-        #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
-        timeout: Option<u64>,
-        /// Print which executor runs the command and why.
-        #[arg(long, short)]
-        verbose: bool,
-        /// Run the command over a staged view of the project (also when the settings say
-        /// `"commands": {"mode": "staged"}`): the project changes only if the change is
-        /// applied.
-        #[arg(long)]
-        staged: bool,
-        /// With a staged command: apply the change without asking.
-        #[arg(long, conflicts_with = "discard")]
-        apply: bool,
-        /// With a staged command: discard the change without asking.
-        #[arg(long)]
-        discard: bool,
-        /// With `--apply`: also apply changes to sensitive files (`.env*`, keys, `.npmrc`,
-        /// `.netrc`, …), whose content the change list never shows. Without it, `--apply`
-        /// refuses a change that touches one (exit 122).
-        #[arg(long = "apply-sensitive", requires = "apply")]
-        apply_sensitive: bool,
-        /// Ask over the Unix socket at PATH instead of on the terminal (the chat runs its
-        /// commands so; `staged_ask`): a staged command's "apply or discard?", and, unless the
-        /// profile is strict or a managed policy fixes the hosts, a host the network allowlist
-        /// does not name (the proxy then runs even with an empty allowlist, and waits).
-        #[arg(
-            long = "ask-socket",
-            value_name = "PATH",
-            hide = true,
-            conflicts_with_all = ["apply", "discard"]
-        )]
-        ask_socket: Option<PathBuf>,
-        /// Use the strict profile: an OS sandbox is required (no host fallback).
-        #[arg(long)]
-        strict: bool,
-        /// Let the command reach HOST (port 80 and 443; HOST:PORT for another port;
-        /// `*.example.com` for the names below it) through Garuda's proxy, in addition to the
-        /// policy's `network.allow`. Refused hosts are listed when the command ends.
-        #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
-        allow_host: Vec<String>,
-        /// The command and its arguments.
-        #[arg(last = true, required = true)]
-        command: Vec<OsString>,
-    },
+    Sandbox(SandboxFlags),
     /// Show the effective policy, each value with the file and line it came from, and the
     /// executor it implies; or check a policy file, or decide one request.
     Policy {
@@ -416,7 +421,7 @@ fn may_use_namespaces_ahead(args: &[OsString]) -> bool {
 }
 
 fn run(args: Vec<OsString>) -> i32 {
-    let cli = match Cli::try_parse_from(&args) {
+    let cli = match parse(&args) {
         Ok(cli) => cli,
         Err(e) => return parse_failed(e, &args),
     };
@@ -424,7 +429,7 @@ fn run(args: Vec<OsString>) -> i32 {
     // later, a thread's fork could hold a copy of its still-writable descriptor and make the
     // first `execve` of it fail (`ETXTBSY`). An error is the sandbox's to report (it asks
     // again and fails its setup, exit 125).
-    if matches!(cli.command, None | Some(Cmd::Sandbox { .. })) {
+    if matches!(cli.command, None | Some(Cmd::Sandbox(_))) {
         let _ = crate::sys::init_program();
     }
     let Some(command) = cli.command else {
@@ -516,7 +521,7 @@ fn run(args: Vec<OsString>) -> i32 {
         crate::sys::default_sigpipe();
     }
     match command {
-        Cmd::Sandbox {
+        Cmd::Sandbox(SandboxFlags {
             executor,
             project,
             capture,
@@ -530,7 +535,7 @@ fn run(args: Vec<OsString>) -> i32 {
             strict,
             allow_host,
             command,
-        } => match sandbox(SandboxArgs {
+        }) => match sandbox(SandboxArgs {
             ask_socket,
             executor_flag: executor,
             project,
@@ -711,6 +716,63 @@ fn parse_failed(mut e: clap::Error, args: &[OsString]) -> i32 {
     }
     let _ = e.print();
     SETUP_FAILED
+}
+
+/// The command line, as [`Cli`] reads it.
+///
+/// `garuda sandbox …` (the subcommand first, as scripts and hooks write it) is read by the
+/// sandbox's own parser first: clap builds the parser of every argument of every subcommand
+/// before it reads one, about 0.2 ms of each sandboxed command's start (`docs/benchmarks.md`).
+/// Both parsers read the same [`SandboxFlags`] and the top level has no `global` argument a
+/// subcommand could take, so where the small one accepts the words the full one reads them
+/// alike (`tests::the_sandbox_parser_reads_what_the_full_parser_reads`). Whatever it does not
+/// accept (`--help`, a mistake, another shape) goes to the full parser, whose help and errors
+/// the user sees.
+fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
+    if args.get(1).is_some_and(|a| a == "sandbox") {
+        if let Ok(SandboxOnlyCli {
+            command: SandboxOnlyCmd::Sandbox(flags),
+        }) = SandboxOnlyCli::try_parse_from(args)
+        {
+            return Ok(Cli::with_command(Cmd::Sandbox(flags)));
+        }
+    }
+    Cli::try_parse_from(args)
+}
+
+/// `garuda sandbox …` and nothing else (see [`parse`]).
+#[derive(Debug, Parser)]
+#[command(name = "garuda")]
+struct SandboxOnlyCli {
+    #[command(subcommand)]
+    command: SandboxOnlyCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum SandboxOnlyCmd {
+    Sandbox(SandboxFlags),
+}
+
+impl Cli {
+    /// The top level with every option at its default (what the full parser gives when the
+    /// words start with the subcommand), running `command`.
+    fn with_command(command: Cmd) -> Cli {
+        Cli {
+            command: Some(command),
+            print: None,
+            model: None,
+            output_format: OutputFormatArg::Text,
+            resume: None,
+            agent_project: None,
+            agent_staged: false,
+            agent_strict: false,
+            staged_changes: StagedChangesArg::Discard,
+            max_steps: None,
+            token_budget: None,
+            replay: None,
+            allow: Vec::new(),
+        }
+    }
 }
 
 /// A tip for the two usage errors a new user of `garuda sandbox` meets: a command without `--`
@@ -1965,6 +2027,134 @@ fn ask_apply_or_discard(
             "a" | "apply" if can_apply => return Ok(Decision::Apply { sensitive: false }),
             "d" | "discard" => return Ok(Decision::Discard),
             _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(line: &[&str]) -> Vec<OsString> {
+        line.iter().map(OsString::from).collect()
+    }
+
+    /// The fast path of [`parse`] must never read a line otherwise than the full parser: for
+    /// each line the sandbox's own parser accepts, the full parser accepts it too and gives the
+    /// same value; a line it refuses is the full parser's to read (and to refuse with its
+    /// words).
+    #[test]
+    fn the_sandbox_parser_reads_what_the_full_parser_reads() {
+        let accepted: &[&[&str]] = &[
+            &["garuda", "sandbox", "--", "true"],
+            &[
+                "garuda",
+                "sandbox",
+                "--executor",
+                "landlock",
+                "--",
+                "/bin/true",
+                "-x",
+            ],
+            &[
+                "garuda",
+                "sandbox",
+                "--executor=bubblewrap",
+                "--staged",
+                "--apply",
+                "--apply-sensitive",
+                "--",
+                "sh",
+                "-c",
+                "x",
+            ],
+            &[
+                "garuda",
+                "sandbox",
+                "-v",
+                "--timeout",
+                "5",
+                "--allow-host",
+                "a.example",
+                "--allow-host",
+                "b.example:8080",
+                "--",
+                "x",
+                "--",
+                "-v",
+            ],
+            &[
+                "garuda",
+                "sandbox",
+                "--project",
+                "/tmp/p",
+                "--capture",
+                "--strict",
+                "--discard",
+                "--",
+                "x",
+            ],
+            &[
+                "garuda",
+                "sandbox",
+                "--ask-socket",
+                "/s",
+                "--executor",
+                "host",
+                "--",
+                "x",
+            ],
+        ];
+        for line in accepted {
+            let args = words(line);
+            let small = SandboxOnlyCli::try_parse_from(&args)
+                .unwrap_or_else(|e| panic!("{line:?}: the sandbox's parser refused it: {e}"));
+            let full = Cli::try_parse_from(&args)
+                .unwrap_or_else(|e| panic!("{line:?}: the full parser refused it: {e}"));
+            let SandboxOnlyCmd::Sandbox(flags) = small.command;
+            assert_eq!(
+                format!("{:?}", Cli::with_command(Cmd::Sandbox(flags))),
+                format!("{full:?}"),
+                "{line:?}"
+            );
+            assert_eq!(format!("{:?}", parse(&args).unwrap()), format!("{full:?}"));
+        }
+        // Refused by both, or not the sandbox's: `parse` gives the full parser's answer.
+        let others: &[&[&str]] = &[
+            &["garuda", "sandbox", "true"],
+            &["garuda", "sandbox"],
+            &["garuda", "sandbox", "--apply", "--discard", "--", "x"],
+            &["garuda", "sandbox", "--apply-sensitive", "--", "x"],
+            &[
+                "garuda",
+                "sandbox",
+                "--ask-socket",
+                "/s",
+                "--apply",
+                "--",
+                "x",
+            ],
+            &["garuda", "sandbox", "--timeout", "0", "--", "x"],
+            &["garuda", "sandbox", "--executor", "bogus", "--", "x"],
+            &["garuda", "sandbox", "--help"],
+            &["garuda", "sandbox", "--version"],
+            &["garuda", "sandbox", "-p", "task", "--", "x"],
+            &["garuda", "-p", "task"],
+            &["garuda", "--project", "/tmp", "sandbox", "--", "x"],
+            &["garuda", "doctor"],
+        ];
+        for line in others {
+            let args = words(line);
+            let full = Cli::try_parse_from(&args);
+            let ours = parse(&args);
+            match (&full, &ours) {
+                (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{line:?}"),
+                (Err(a), Err(b)) => {
+                    assert_eq!(a.kind(), b.kind(), "{line:?}");
+                    assert_eq!(a.to_string(), b.to_string(), "{line:?}");
+                }
+                _ => panic!("{line:?}: {full:?} against {ours:?}"),
+            }
         }
     }
 }
