@@ -55,7 +55,7 @@ use std::os::unix::fs::MetadataExt;
 
 use rustix::fs::{Mode, OFlags};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long a folder must have been still before its listing is believed on a later run.
@@ -166,7 +166,7 @@ struct Entry {
     stamp: Stamp,
     /// When the folder was listed, in nanoseconds since the epoch.
     listed_at: i128,
-    listing: Rc<Listing>,
+    listing: Arc<Listing>,
 }
 
 fn now_ns() -> i128 {
@@ -188,29 +188,117 @@ pub(crate) struct WalkCache {
     listed: usize,
 }
 
+/// Below this many cached folders the tree is looked at by the calling thread alone: a second
+/// thread costs about 50 µs to start, about what 40 `statx` calls cost.
+const SHARED_FROM_FOLDERS: usize = 256;
+
+/// Most sub-folders one piece of work looks at: a folder with more (the benchmark project's
+/// `src/` has 2,000) is shared out in pieces.
+const PIECE: usize = 128;
+
 /// `lstat` of every folder the cache knows, walking the cached tree: each folder's
 /// sub-folders are looked at relative to a handle on it (one path component per call instead
 /// of the whole path, which was most of a warm walk's cost). A folder that cannot be looked at
 /// is left out, and is looked at (or listed) by path when the walk reaches it.
+///
+/// On a tree of [`SHARED_FROM_FOLDERS`] folders or more, two threads share the calls
+/// ([`TreeWork`]): on the 20,000-file project this is about 2,000 `statx` calls, 2.3 ms on one
+/// core (`docs/benchmarks.md`, "The walk cache's look shared by two threads"). Which thread
+/// looks at a folder changes nothing: each stamp is of one folder, taken by one call, and is
+/// judged alone when the walk reaches it. A second thread that cannot be started leaves the
+/// whole tree to this one.
 fn stat_tree(root: &Path, old: &HashMap<Vec<u8>, Entry>) -> HashMap<Vec<u8>, Stamp> {
-    use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
     let mut stamps = HashMap::with_capacity(old.len());
     let Ok(meta) = fs::symlink_metadata(root) else {
         return stamps;
     };
     stamps.insert(Vec::new(), Stamp::of(&meta));
-    let mut pending: Vec<Vec<u8>> = vec![Vec::new()];
-    while let Some(key) = pending.pop() {
-        let Some(entry) = old.get(&key) else { continue };
-        if entry.listing.subdirs.is_empty() {
-            continue;
+    let work = TreeWork::new(old);
+    if old.len() < SHARED_FROM_FOLDERS {
+        work.run(root, &mut stamps);
+        return stamps;
+    }
+    std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .name("garuda-walk".into())
+            .spawn_scoped(scope, || {
+                let mut theirs = HashMap::with_capacity(old.len() / 2);
+                work.run(root, &mut theirs);
+                theirs
+            });
+        work.run(root, &mut stamps);
+        if let Ok(Ok(theirs)) = helper.map(|h| h.join()) {
+            stamps.extend(theirs);
         }
-        let path = root.join(OsStr::from_bytes(&key));
+    });
+    stamps
+}
+
+/// Folders of the cached tree whose sub-folders are still to be looked at, shared by the
+/// threads of [`stat_tree`]: each takes a piece, looks at its sub-folders, and puts back the
+/// pieces of those that have sub-folders of their own. A thread stops when no piece is left
+/// and no other thread is looking at one (which could put back more).
+struct TreeWork<'a> {
+    old: &'a HashMap<Vec<u8>, Entry>,
+    state: Mutex<TreeWorkState>,
+    changed: Condvar,
+}
+
+struct TreeWorkState {
+    /// A folder's key and the range of its sub-folders (`Listing::subdirs`) to look at.
+    pieces: Vec<(Vec<u8>, usize, usize)>,
+    /// Threads looking at a piece.
+    busy: usize,
+}
+
+impl<'a> TreeWork<'a> {
+    /// The work of looking at the whole tree, from the root's sub-folders.
+    fn new(old: &'a HashMap<Vec<u8>, Entry>) -> TreeWork<'a> {
+        let mut pieces = Vec::new();
+        add_pieces(old, &mut pieces, Vec::new());
+        TreeWork {
+            old,
+            state: Mutex::new(TreeWorkState { pieces, busy: 0 }),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Take pieces until none is left; each folder's stamp goes to `stamps`.
+    fn run(&self, root: &Path, stamps: &mut HashMap<Vec<u8>, Stamp>) {
+        while let Some((key, from, to)) = self.take() {
+            // Handed back when this piece ends, however it ends: a thread that stopped in the
+            // middle of one must not leave the other waiting for it.
+            let mut piece = PieceDone {
+                work: self,
+                found: Vec::new(),
+            };
+            piece.found = self.look(root, &key, from, to, stamps);
+        }
+    }
+
+    /// Look at sub-folders `from..to` of the cached folder `key`, relative to a handle on it;
+    /// returns the keys of those looked at.
+    fn look(
+        &self,
+        root: &Path,
+        key: &[u8],
+        from: usize,
+        to: usize,
+        stamps: &mut HashMap<Vec<u8>, Stamp>,
+    ) -> Vec<Vec<u8>> {
+        use rustix::fs::{AtFlags, StatxFlags};
+        let mut found = Vec::new();
+        let names = self
+            .old
+            .get(key)
+            .and_then(|entry| entry.listing.subdirs.get(from..to))
+            .unwrap_or_default();
+        let path = root.join(OsStr::from_bytes(key));
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let Ok(dir) = rustix::fs::open(&path, flags, Mode::empty()) else {
-            continue;
+            return found;
         };
-        for name in &entry.listing.subdirs {
+        for name in names {
             let Ok(st) = rustix::fs::statx(
                 &dir,
                 name.as_os_str(),
@@ -219,7 +307,7 @@ fn stat_tree(root: &Path, old: &HashMap<Vec<u8>, Entry>) -> HashMap<Vec<u8>, Sta
             ) else {
                 continue;
             };
-            let mut child = key.clone();
+            let mut child = key.to_vec();
             if !child.is_empty() {
                 child.push(b'/');
             }
@@ -233,10 +321,68 @@ fn stat_tree(root: &Path, old: &HashMap<Vec<u8>, Entry>) -> HashMap<Vec<u8>, Sta
                     ctime: (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)),
                 },
             );
-            pending.push(child);
+            found.push(child);
+        }
+        found
+    }
+
+    /// The next piece, waiting while another thread may still put some back; `None` when the
+    /// tree is done.
+    fn take(&self) -> Option<(Vec<u8>, usize, usize)> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(piece) = state.pieces.pop() {
+                state.busy += 1;
+                return Some(piece);
+            }
+            if state.busy == 0 {
+                return None;
+            }
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
         }
     }
-    stamps
+
+    /// A piece done: the pieces of the sub-folders it found go back.
+    fn finish(&self, found: Vec<Vec<u8>>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        for child in found {
+            add_pieces(self.old, &mut state.pieces, child);
+        }
+        state.busy -= 1;
+        self.changed.notify_all();
+    }
+}
+
+/// A piece being looked at; dropping it hands what it found back to the [`TreeWork`].
+struct PieceDone<'w, 'a> {
+    work: &'w TreeWork<'a>,
+    found: Vec<Vec<u8>>,
+}
+
+impl Drop for PieceDone<'_, '_> {
+    fn drop(&mut self) {
+        self.work.finish(std::mem::take(&mut self.found));
+    }
+}
+
+/// The pieces of the cached folder `key`'s sub-folders, [`PIECE`] at a time (none when the
+/// cache does not know it or it has none).
+fn add_pieces(
+    old: &HashMap<Vec<u8>, Entry>,
+    pieces: &mut Vec<(Vec<u8>, usize, usize)>,
+    key: Vec<u8>,
+) {
+    let Some(entry) = old.get(&key) else { return };
+    let n = entry.listing.subdirs.len();
+    let mut from = 0;
+    while from < n {
+        let to = (from + PIECE).min(n);
+        pieces.push((key.clone(), from, to));
+        from = to;
+    }
 }
 
 impl WalkCache {
@@ -272,7 +418,7 @@ impl WalkCache {
         &mut self,
         dir: &Path,
         is_env: impl Fn(&OsStr) -> bool,
-    ) -> std::io::Result<Rc<Listing>> {
+    ) -> std::io::Result<Arc<Listing>> {
         let key = dir
             .strip_prefix(&self.root)
             .unwrap_or(dir)
@@ -291,20 +437,20 @@ impl WalkCache {
             };
             let still = stamp.latest_ns() + RACY_MARGIN.as_nanos() as i128 <= old.listed_at;
             if old.stamp == stamp && still && stamp.latest_ns() <= listed_at {
-                let listing = Rc::clone(&old.listing);
+                let listing = Arc::clone(&old.listing);
                 self.new.push((key, old));
                 return Ok(listing);
             }
         }
         let (stamp, listing) = list_folder(dir, &is_env)?;
-        let listing = Rc::new(listing);
+        let listing = Arc::new(listing);
         self.listed += 1;
         self.new.push((
             key,
             Entry {
                 stamp,
                 listed_at,
-                listing: Rc::clone(&listing),
+                listing: Arc::clone(&listing),
             },
         ));
         Ok(listing)
@@ -522,7 +668,7 @@ fn decode(data: &[u8], root: &Path) -> Option<HashMap<Vec<u8>, Entry>> {
             Entry {
                 stamp,
                 listed_at,
-                listing: Rc::new(Listing {
+                listing: Arc::new(Listing {
                     env,
                     git,
                     garuda,
@@ -675,6 +821,75 @@ mod tests {
             .any(|l| l.env == vec![OsString::from(".env.local")]));
     }
 
+    /// A tree large enough for two threads, with a folder of more sub-folders than one piece
+    /// holds: every folder gets the stamp a plain `lstat` gives, none is lost between the
+    /// threads (a stamp missing would make the walk list that folder again), and a secret
+    /// made deep in it is still seen. (Which thread looks at which piece is the scheduler's
+    /// choice; the stop rule is tested on its own below.)
+    #[test]
+    fn a_large_tree_is_looked_at_by_two_threads_alike() {
+        let Scene { cache, root, .. } = &scene();
+        let wide = 2 * PIECE + 44;
+        for i in 0..wide {
+            fs::create_dir_all(root.join(format!("wide/f{i:03}"))).unwrap();
+            if i % 10 == 0 {
+                fs::create_dir_all(root.join(format!("wide/f{i:03}/x/y"))).unwrap();
+            }
+        }
+        fs::create_dir_all(root.join("other/z")).unwrap();
+        walk(cache.path(), root);
+        age(cache.path(), root);
+        let old = read(cache.path(), &file_name(root), root).unwrap();
+        assert!(old.len() >= SHARED_FROM_FOLDERS, "{} folders", old.len());
+        let stamps = stat_tree(root, &old);
+        assert_eq!(stamps.len(), old.len());
+        for key in old.keys() {
+            let meta = fs::symlink_metadata(root.join(OsStr::from_bytes(key))).unwrap();
+            assert_eq!(stamps.get(key), Some(&Stamp::of(&meta)), "{key:?}");
+        }
+        let (_, listed) = walk(cache.path(), root);
+        assert_eq!(listed, 0, "an aged, unchanged tree is read from the cache");
+        fs::write(root.join("wide/f250/x/y/.env"), "K=v").unwrap();
+        let (after, listed) = walk(cache.path(), root);
+        assert_eq!(listed, 1);
+        assert!(after.iter().any(|l| l.env == vec![OsString::from(".env")]));
+    }
+
+    /// The threads' stop rule: a thread with no piece left waits while another is still at
+    /// one (it may put back more), and looks at what that one puts back.
+    #[test]
+    fn a_thread_out_of_pieces_waits_for_the_pieces_another_puts_back() {
+        let Scene { cache, root, .. } = &scene();
+        for i in 0..PIECE + 3 {
+            fs::create_dir_all(root.join(format!("a/f{i:03}/x"))).unwrap();
+        }
+        walk(cache.path(), root);
+        let old = read(cache.path(), &file_name(root), root).unwrap();
+        let work = TreeWork::new(&old);
+        // This thread holds the only piece there is at first: the root's sub-folders.
+        let (key, from, to) = work.take().unwrap();
+        assert!(key.is_empty());
+        let mut mine = HashMap::new();
+        std::thread::scope(|s| {
+            let other = s.spawn(|| {
+                let mut theirs = HashMap::new();
+                work.run(root, &mut theirs);
+                theirs
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(
+                !other.is_finished(),
+                "the other thread stopped while a piece was still out"
+            );
+            let found = work.look(root, &key, from, to, &mut mine);
+            work.finish(found);
+            let theirs = other.join().unwrap();
+            assert_eq!(mine.keys().collect::<Vec<_>>(), vec![&b"a".to_vec()]);
+            assert_eq!(theirs.len(), old.len() - 2, "all but the root and `a`");
+            assert!(theirs.contains_key(b"a/f000/x".as_slice()));
+        });
+    }
+
     #[test]
     fn a_folder_swapped_for_a_link_is_listed_again() {
         let Scene { cache, root, .. } = &scene();
@@ -777,7 +992,7 @@ mod tests {
                     "subdir" => listing.subdirs.push(name),
                     _ => listing.env.push(name),
                 }
-                top.listing = Rc::new(listing);
+                top.listing = Arc::new(listing);
             });
             assert!(
                 read(&cache, &file_name(&root), &root).is_none(),
@@ -795,7 +1010,7 @@ mod tests {
             let top = entries.get_mut(&Vec::new()).unwrap();
             let mut listing = (*top.listing).clone();
             listing.env.push(".env.planted".into());
-            top.listing = Rc::new(listing);
+            top.listing = Arc::new(listing);
         });
         let (listings, listed) = walk(&cache, &root);
         assert_eq!(listed, 0);
