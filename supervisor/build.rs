@@ -25,7 +25,12 @@ fn main() {
     // (docs/benchmarks.md, "Relative relocations packed"). Here rather than in a cargo config,
     // so that the option goes wherever the package is built. The start-up program below is
     // linked with `nopack-relative-relocs`: its own relocator reads RELA.
-    if os == "linux" && env::var("CARGO_CFG_TARGET_ENV").is_ok_and(|e| e == "gnu") {
+    // `GARUDA_NO_PACKED_RELOCS=1` leaves them as they were: for a linker older than GNU ld
+    // 2.38 (which ignores the option with a warning) or a binary that must load on a glibc
+    // older than 2.36 (which refuses it: "GLIBC_ABI_DT_RELR not found").
+    println!("cargo::rerun-if-env-changed=GARUDA_NO_PACKED_RELOCS");
+    let packed = env::var_os("GARUDA_NO_PACKED_RELOCS").is_none_or(|v| v.is_empty() || v == "0");
+    if packed && os == "linux" && env::var("CARGO_CFG_TARGET_ENV").is_ok_and(|e| e == "gnu") {
         println!("cargo::rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }
     if os != "linux" || !matches!(arch.as_str(), "x86_64" | "aarch64") {

@@ -107,8 +107,8 @@ struct Cli {
     allow: Vec<String>,
 }
 
-/// `garuda sandbox`'s flags: one struct, so that the full parser ([`Cli`]) and the
-/// sandbox's own ([`SandboxOnlyCli`]) read them alike.
+/// `garuda sandbox`'s flags: what clap ([`Cli`]) and the loop for the common shapes
+/// ([`sandbox_words`]) both fill in.
 #[derive(Debug, clap::Args)]
 struct SandboxFlags {
     /// Executor (default: the `executor` setting, else auto).
