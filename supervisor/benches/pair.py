@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Two builds of `garuda sandbox`, paired run by run, as a user runs them (whole process).
 
-    python3 supervisor/benches/pair.py BASE_BIN NEW_BIN [EXECUTORS] [ROUNDS]
+    python3 supervisor/benches/pair.py BASE_BIN NEW_BIN [EXECUTORS] [ROUNDS] [PROJECT_DIR]
 
 For each of ROUNDS rounds (default 150) and each executor (default `landlock,bubblewrap`),
 one run of each build in alternating order, each after 50 ms idle: the wall time of
@@ -13,6 +13,11 @@ what to read on this noisy VM: a run of the whole-CLI bench (`benches/cli.rs`) p
 moves by up to ±0.8 ms from one run to the next.
 
 A build given as `BIN:NAME=VALUE` runs with that variable set (the same binary with a switch).
+With PROJECT_DIR (for example the 20,000-file project of `gen-project.sh`) the runs are in
+that project instead of a fresh `git init`, so that the project walk and its cache are
+measured: each build runs twice first (its walk cache is made), then the script waits 2.5 s
+(longer than the cache's racy margin, so that the folders read as still, as in a project a
+user works in).
 """
 import os
 import shutil
@@ -30,9 +35,11 @@ def main():
     executors = (sys.argv[3] if len(sys.argv) > 3 else "landlock,bubblewrap").split(",")
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 150
     work = tempfile.mkdtemp(prefix="garuda-pair-", dir=os.environ["HOME"])
-    project = os.path.join(work, "project")
-    os.makedirs(project)
-    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    given = sys.argv[5] if len(sys.argv) > 5 else None
+    project = os.path.abspath(given) if given else os.path.join(work, "project")
+    if not given:
+        os.makedirs(project)
+        subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     runs = {}
     for name, spec in builds.items():
         binary, _, assignment = spec.partition(":")
@@ -40,21 +47,31 @@ def main():
         if assignment:
             key, _, value = assignment.partition("=")
             env[key] = value
-        runs[name] = (binary, env)
+        runs[name] = (os.path.abspath(binary), env)
+    def run(b, e):
+        binary, env = runs[b]
+        t = time.perf_counter()
+        r = subprocess.run(
+            [binary, "sandbox", "--executor", e, "--", "/bin/true"],
+            cwd=project, env=env, stdin=subprocess.DEVNULL,
+        )
+        took = (time.perf_counter() - t) * 1000
+        if r.returncode != 0:
+            sys.exit(f"{b} {e}: exit {r.returncode}")
+        return took
+
+    if given:
+        for b in builds:
+            for e in executors:
+                run(b, e)
+                run(b, e)
+        time.sleep(2.5)
     times = {(b, e): [] for b in builds for e in executors}
     for i in range(rounds):
         for e in executors:
             for b in (["base", "new"] if i % 2 == 0 else ["new", "base"]):
-                binary, env = runs[b]
                 time.sleep(0.05)
-                t = time.perf_counter()
-                r = subprocess.run(
-                    [binary, "sandbox", "--executor", e, "--", "/bin/true"],
-                    cwd=project, env=env, stdin=subprocess.DEVNULL,
-                )
-                took = (time.perf_counter() - t) * 1000
-                if r.returncode != 0:
-                    sys.exit(f"{b} {e}: exit {r.returncode}")
+                took = run(b, e)
                 if i >= 5:
                     times[(b, e)].append(took)
     shutil.rmtree(work, ignore_errors=True)

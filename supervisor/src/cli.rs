@@ -383,45 +383,34 @@ enum PolicyCmd {
 /// Run the CLI; returns the process exit code.
 pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().collect();
-    // The landlock executor's namespaces are made on the other core meanwhile (see
-    // `executor::ahead`), from the first moment: read before the parser.
-    if may_use_namespaces_ahead(&args) {
+    // `garuda sandbox …` in its common shape, read first (11 µs, see `parse`): whether the
+    // landlock executor's namespaces are made on the other core meanwhile (`executor::ahead`)
+    // is decided on that reading, before anything else runs.
+    let sandbox = sandbox_words(&args);
+    if sandbox.as_ref().is_some_and(may_use_namespaces_ahead) {
         crate::executor::ahead::prepare();
     }
-    let code = run(args);
+    let code = run(args, sandbox);
     // A helper whose namespaces no sandbox took (another executor ran, or none did) is reaped
     // before the process ends: nothing Garuda started outlives it.
     crate::executor::ahead::discard();
     code
 }
 
-/// Whether `args` run `garuda sandbox` with an executor that can join namespaces made ahead:
-/// no `--executor` before the command, or `auto`, `landlock` or `bubblewrap` (a policy that
-/// picks the host, or a run with the network on, leaves them unused, and they are discarded).
-fn may_use_namespaces_ahead(args: &[OsString]) -> bool {
-    if args.get(1).and_then(|a| a.to_str()) != Some("sandbox") {
-        return false;
-    }
-    let mut rest = args.iter().skip(2);
-    while let Some(arg) = rest.next() {
-        let arg = arg.to_string_lossy();
-        if arg == "--" {
-            break;
-        }
-        let value = if arg == "--executor" {
-            rest.next().map(|v| v.to_string_lossy().into_owned())
-        } else if let Some(v) = arg.strip_prefix("--executor=") {
-            Some(v.to_string())
-        } else {
-            continue;
-        };
-        return matches!(value.as_deref(), Some("auto" | "landlock" | "bubblewrap"));
-    }
-    true
+/// Whether a sandbox run with `flags` can join namespaces made ahead: no `--executor`, or
+/// `auto`, `landlock` or `bubblewrap` (a policy that picks the host, or a run with the network
+/// on, leaves them unused, and they are discarded). A line in another shape (read by clap)
+/// makes its namespaces when its sandbox starts, as without this.
+fn may_use_namespaces_ahead(flags: &SandboxFlags) -> bool {
+    matches!(
+        flags.executor,
+        None | Some(ExecutorArg::Auto | ExecutorArg::Landlock | ExecutorArg::Bubblewrap)
+    )
 }
 
-fn run(args: Vec<OsString>) -> i32 {
-    let cli = match parse(&args) {
+/// Runs the command line `args`; `sandbox_read` is [`sandbox_words`]' reading of it, if any.
+fn run(args: Vec<OsString>, sandbox_read: Option<SandboxFlags>) -> i32 {
+    let cli = match parse(&args, sandbox_read) {
         Ok(cli) => cli,
         Err(e) => return parse_failed(e, &args),
     };
@@ -718,29 +707,28 @@ fn parse_failed(mut e: clap::Error, args: &[OsString]) -> i32 {
     SETUP_FAILED
 }
 
-/// The command line, as [`Cli`] reads it.
-///
-/// `garuda sandbox …` in the shapes scripts, hooks and editors write (the subcommand first,
-/// each option once, `--` before the command) is read by [`sandbox_words`] without clap: clap
-/// builds the parser of every argument of every subcommand before it reads one word, about
-/// 0.2 ms of each sandboxed command's start against 11 µs for this loop (`docs/benchmarks.md`,
-/// "Relative relocations packed; the sandbox's words read without clap"). What it reads it reads as clap does (the same
-/// [`SandboxFlags`], the same value parsers; `tests::the_sandbox_words_are_read_as_clap_reads_them`
-/// holds the two to the same reading over thousands of generated lines); anything else
-/// (`--help`, a mistake, `--executor=X`, a repeated option) goes to clap, whose help and
-/// errors the user sees.
-fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
-    match sandbox_words(args) {
+/// The command line, as [`Cli`] reads it: [`sandbox_words`]' reading `sandbox` when there is
+/// one, else clap's.
+fn parse(args: &[OsString], sandbox: Option<SandboxFlags>) -> Result<Cli, clap::Error> {
+    match sandbox {
         Some(flags) => Ok(Cli::with_command(Cmd::Sandbox(flags))),
         None => Cli::try_parse_from(args),
     }
 }
 
-/// `garuda sandbox [OPTIONS] -- COMMAND…` read without clap (see [`parse`]), or `None` for
-/// clap to read: only the long options (and `-v`) each given once as separate words, values
-/// that are UTF-8, not empty and not starting with `-`, the constraints clap checks
-/// (`--apply` with `--discard`, `--apply-sensitive` without `--apply`) not broken, and a
-/// command after `--`. `--ask-socket` (the chat's) is always clap's.
+/// `garuda sandbox [OPTIONS] -- COMMAND…` read without clap, or `None` for clap to read.
+///
+/// clap builds the parser of every argument of every subcommand before it reads one word,
+/// about 0.2 ms of each sandboxed command's start against 11 µs for this loop
+/// (`docs/benchmarks.md`, "Relative relocations packed; the sandbox's words read without
+/// clap"). It reads only the shape scripts, hooks and editors write: the subcommand first, the
+/// long options (and `-v`) each given once as separate words, values that are UTF-8, not empty
+/// and not starting with `-`, the constraints clap checks (`--apply` with `--discard`,
+/// `--apply-sensitive` without `--apply`) not broken, and a command after `--`. What it reads
+/// it reads as clap does (the same [`SandboxFlags`], the same value parsers;
+/// `tests::the_sandbox_words_are_read_as_clap_reads_them` holds the two to the same reading
+/// over thousands of generated lines); anything else (`--help`, a mistake, `--executor=X`, a
+/// repeated option, `--ask-socket`, the chat's) is clap's, whose help and errors the user sees.
 fn sandbox_words(args: &[OsString]) -> Option<SandboxFlags> {
     if args.get(1)? != "sandbox" {
         return None;
@@ -2169,7 +2157,7 @@ mod tests {
             let args = words(line);
             assert!(same(&args), "{line:?}: left to clap");
             assert_eq!(
-                format!("{:?}", parse(&args).unwrap()),
+                format!("{:?}", parse(&args, sandbox_words(&args)).unwrap()),
                 format!("{:?}", Cli::try_parse_from(&args).unwrap())
             );
         }
@@ -2194,7 +2182,10 @@ mod tests {
         for line in others {
             let args = words(line);
             assert!(sandbox_words(&args).is_none(), "{line:?}");
-            let (full, ours) = (Cli::try_parse_from(&args), parse(&args));
+            let (full, ours) = (
+                Cli::try_parse_from(&args),
+                parse(&args, sandbox_words(&args)),
+            );
             match (&full, &ours) {
                 (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{line:?}"),
                 (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{line:?}"),

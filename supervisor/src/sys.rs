@@ -1010,9 +1010,10 @@ pub const SETUP_FAILED_EXIT: i32 = 125;
 /// mounts; waits) → `init` (a `clone(CLONE_VM)` of outer, see [`SandboxStacks`]: PID 1 of a
 /// new PID namespace: mounts `/proc`, bounds `pid_max`, clones the command, then hardens
 /// itself and executes the reaper ([`become_reaper`], [`INIT_PROGRAM`]), which reaps and exits
-/// when the command exits, making the kernel kill every process left in the namespace) → `command` (drops capabilities, Landlock, seccomp, waits for PID 1's exec,
-/// `execve`). Both children die with their parent (`PR_SET_PDEATHSIG`, kept across the
-/// reaper's exec), so killing `outer` kills the whole tree.
+/// when the command exits, making the kernel kill every process left in the namespace) →
+/// `command` (drops capabilities, Landlock, seccomp, waits for PID 1's exec, `execve`). Both
+/// children die with their parent (`PR_SET_PDEATHSIG`, kept across the reaper's exec), so
+/// killing `outer` kills the whole tree.
 pub fn spawn_native(plan: &NativePlan) -> io::Result<libc::pid_t> {
     // SAFETY: fork from a possibly multi-threaded process. The child runs `outer_main`, which
     // only makes async-signal-safe system calls on memory prepared before the fork (the plan
