@@ -1484,11 +1484,9 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
     for r in garuda_staging::recover(&host.garuda_home)? {
         eprintln!("garuda: {}", visible(&r.to_string()));
     }
-    // Every run is an audit session; without one, nothing runs.
-    let mut recorder = crate::record::Recorder::open(&host, &project, &settings)?;
-    if verbose {
-        eprintln!("garuda: audit session {}", recorder.session_id());
-    }
+    // Every run is an audit session; without one, nothing runs. It opens when first needed:
+    // in direct mode, in the executor's release, while the sandbox is being built.
+    let mut recorder = crate::record::Recorder::open_later(&host, &project, &settings);
     let run = run_sandbox(
         &mut recorder,
         RunInputs {
@@ -1510,13 +1508,17 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
             recorder.close(serde_json::json!({ "exit_code": code }))?;
             Ok(code)
         }
+        // The log could not be opened: that is the error, and there is nothing to record in.
+        Err(e) if recorder.failed() => Err(e),
         Err(e) => {
             let kind = if recorder.intent_written() {
                 "command_failed"
             } else {
                 "refusal"
             };
-            let recorded = recorder.event(kind, serde_json::json!({ "error": describe_error(&e) }));
+            let recorded = recorder
+                .get()
+                .and_then(|r| r.event(kind, serde_json::json!({ "error": describe_error(&e) })));
             let closed = recorder.close(serde_json::json!({ "exit_code": SETUP_FAILED }));
             if let Err(audit) = recorded.and(closed) {
                 eprintln!("garuda: {}", visible(&describe_error(&audit)));
@@ -1526,7 +1528,8 @@ fn sandbox(args: SandboxArgs) -> Result<i32> {
     }
 }
 
-/// Everything `sandbox` has resolved before the audit session opens.
+/// Everything `sandbox` has resolved before its run (and its audit session, which opens
+/// during the run) starts.
 struct RunInputs {
     host: HostEnv,
     cwd: PathBuf,
@@ -1541,9 +1544,12 @@ struct RunInputs {
     project_from: ProjectFrom,
 }
 
-/// The part of `garuda sandbox` that runs inside an audit session: checks, the intent, the
-/// command, its result.
-fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Result<i32> {
+/// The part of `garuda sandbox` that its audit session records: checks, the intent, the
+/// command, its result. The session opens when first needed ([`LazyRecorder`]): in direct
+/// mode in the command's release, while the sandbox is being built.
+///
+/// [`LazyRecorder`]: crate::record::LazyRecorder
+fn run_sandbox(recorder: &mut crate::record::LazyRecorder, inputs: RunInputs) -> Result<i32> {
     let RunInputs {
         host,
         cwd,
@@ -1633,13 +1639,20 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
         "timeout_s": timeout,
     });
     if !staged {
-        // The intent's sync is the command's release: it runs while the sandbox is built, and
-        // the command's program starts only after it (`Executor::run_released`).
-        recorder.intent_unsynced(intent)?;
+        // The command's release (`Executor::run_released`) opens the audit session, writes the
+        // intent and syncs it, while the sandbox is being built: the command's program starts
+        // only after the three.
+        let mut unwritten = Some(intent);
         let (outcome, interrupted, _signals) =
             run_forwarding_signals(&*selection.executor, &spec, &policy, mode, &mut || {
-                recorder.make_durable().map_err(|e| format!("{e:#}"))
+                release_recorded(recorder, &mut unwritten, verbose).map_err(|e| format!("{e:#}"))
             });
+        if let (Err(_), Some(intent), false) = (&outcome, unwritten, recorder.failed()) {
+            // The sandbox failed before its release: it was tried, so its intent is on record
+            // before the failure (as a command that failed, not a refusal). After a failed
+            // open the open's error is the run's.
+            recorder.get()?.intent_unsynced(intent)?;
+        }
         let outcome = outcome.map_err(|e| anyhow!(e))?;
         let code = finish(&outcome, capture, interrupted);
         let report = network
@@ -1647,13 +1660,16 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
             .map(NetworkSession::finish)
             .unwrap_or_default();
         network_off_hint(&outcome, &settings, &host, &project);
-        recorder.event(
+        recorder.get()?.event(
             "command_result",
             result_event(&outcome, &report, None, interrupted),
         )?;
         return Ok(code);
     }
-    recorder.intent(intent)?;
+    recorder.get()?.intent(intent)?;
+    if verbose {
+        eprintln!("garuda: audit session {}", recorder.get()?.session_id());
+    }
     let backend = match settings.staging_backend {
         StagingBackend::Auto => BackendChoice::Auto,
         StagingBackend::Overlay => BackendChoice::Overlay,
@@ -1709,11 +1725,28 @@ fn run_sandbox(recorder: &mut crate::record::Recorder, inputs: RunInputs) -> Res
         .map(NetworkSession::finish)
         .unwrap_or_default();
     network_off_hint(&outcome, &settings, &host, &project);
-    recorder.event(
+    recorder.get()?.event(
         "command_result",
         result_event(&outcome, &report, Some(staged_result), interrupted),
     )?;
     Ok(code)
+}
+
+/// A direct command's release: the audit session opened (if it is not yet), the intent
+/// written and every line made durable. Runs once, while the sandbox is being built.
+fn release_recorded(
+    recorder: &mut crate::record::LazyRecorder,
+    intent: &mut Option<serde_json::Value>,
+    verbose: bool,
+) -> Result<()> {
+    let recorder = recorder.get()?;
+    if verbose {
+        eprintln!("garuda: audit session {}", recorder.session_id());
+    }
+    if let Some(intent) = intent.take() {
+        recorder.intent_unsynced(intent)?;
+    }
+    recorder.make_durable()
 }
 
 /// With the network off, a command that asked the resolver stub for a name gets the line that

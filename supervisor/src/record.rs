@@ -39,49 +39,24 @@ impl Recorder {
         settings: &EffectiveSettings,
         tool: &str,
     ) -> Result<Recorder> {
-        let mut cfg = AuditConfig::new(&host.garuda_home, project);
-        cfg.witness = settings
-            .audit_witness
-            .as_ref()
-            .map(|(argv, _)| WitnessConfig::Command(argv.clone()));
-        // `audit.retention`: the oldest sessions of the lane are pruned at close, leaving
-        // their sealed head (none set: everything is kept).
-        let retention = Retention {
-            days: settings.audit_retention_days.as_ref().map(|(d, _)| *d),
-            sessions: settings.audit_retention_sessions.as_ref().map(|(n, _)| *n),
-        };
-        if retention.days.is_some() || retention.sessions.is_some() {
-            cfg.retention = Some(retention);
+        SessionPlan::new(host, project, settings, tool).open()
+    }
+
+    /// The session of [`Recorder::open`], opened only when it is first needed
+    /// ([`LazyRecorder::get`]).
+    pub fn open_later(
+        host: &HostEnv,
+        project: &Path,
+        settings: &EffectiveSettings,
+    ) -> LazyRecorder {
+        LazyRecorder {
+            state: LazyState::Pending(Box::new(SessionPlan::new(
+                host,
+                project,
+                settings,
+                "garuda sandbox",
+            ))),
         }
-        let sources: Vec<Value> = settings
-            .sources
-            .iter()
-            .map(|origin| {
-                json!({
-                    "source": origin.kind.to_string(),
-                    "path": origin.path.display().to_string(),
-                    "sha256": file_sha256(&origin.path),
-                })
-            })
-            .collect();
-        let start = json!({
-            "tool": tool,
-            "project": project.display().to_string(),
-            "policy_sources": sources,
-            "profile": settings.profile.to_string(),
-            "require_sandbox": settings.require_sandbox,
-            "executor_setting": settings.executor.to_string(),
-        });
-        let writer = SessionWriter::open(&cfg, start).with_context(|| {
-            format!(
-                "cannot open the audit log under {} (no command runs unrecorded)",
-                cfg.audit_root.display()
-            )
-        })?;
-        Ok(Recorder {
-            writer,
-            intent_written: false,
-        })
     }
 
     /// The session id (the log file's name).
@@ -153,6 +128,128 @@ impl Recorder {
             .close(end)
             .context("cannot close the audit session")?;
         Ok(())
+    }
+}
+
+/// What opening a session needs: where its log is and its start event.
+struct SessionPlan {
+    cfg: AuditConfig,
+    start: Value,
+}
+
+impl SessionPlan {
+    fn new(
+        host: &HostEnv,
+        project: &Path,
+        settings: &EffectiveSettings,
+        tool: &str,
+    ) -> SessionPlan {
+        let mut cfg = AuditConfig::new(&host.garuda_home, project);
+        cfg.witness = settings
+            .audit_witness
+            .as_ref()
+            .map(|(argv, _)| WitnessConfig::Command(argv.clone()));
+        // `audit.retention`: the oldest sessions of the lane are pruned at close, leaving
+        // their sealed head (none set: everything is kept).
+        let retention = Retention {
+            days: settings.audit_retention_days.as_ref().map(|(d, _)| *d),
+            sessions: settings.audit_retention_sessions.as_ref().map(|(n, _)| *n),
+        };
+        if retention.days.is_some() || retention.sessions.is_some() {
+            cfg.retention = Some(retention);
+        }
+        let sources: Vec<Value> = settings
+            .sources
+            .iter()
+            .map(|origin| {
+                json!({
+                    "source": origin.kind.to_string(),
+                    "path": origin.path.display().to_string(),
+                    "sha256": file_sha256(&origin.path),
+                })
+            })
+            .collect();
+        let start = json!({
+            "tool": tool,
+            "project": project.display().to_string(),
+            "policy_sources": sources,
+            "profile": settings.profile.to_string(),
+            "require_sandbox": settings.require_sandbox,
+            "executor_setting": settings.executor.to_string(),
+        });
+        SessionPlan { cfg, start }
+    }
+
+    fn open(self) -> Result<Recorder> {
+        let SessionPlan { cfg, start } = self;
+        let writer = SessionWriter::open(&cfg, start).with_context(|| {
+            format!(
+                "cannot open the audit log under {} (no command runs unrecorded)",
+                cfg.audit_root.display()
+            )
+        })?;
+        Ok(Recorder {
+            writer,
+            intent_written: false,
+        })
+    }
+}
+
+/// An audit session that opens when it is first asked for.
+///
+/// `garuda sandbox` in direct mode asks for it in the executor's release
+/// ([`crate::executor::Executor::run_released`]): the session opens, the intent is written and
+/// synced while the sandbox is being built, and the command's program starts only after all
+/// three (docs/audit.md, "Syncs"). A run refused before that opens it to record the refusal.
+/// An open that failed is not tried again: its error is the run's.
+pub struct LazyRecorder {
+    state: LazyState,
+}
+
+enum LazyState {
+    Pending(Box<SessionPlan>),
+    Open(Box<Recorder>),
+    Failed,
+}
+
+impl LazyRecorder {
+    /// The session, opened now if it is not yet. Fails when the log cannot be opened (then and
+    /// at every later call: nothing runs unrecorded).
+    pub fn get(&mut self) -> Result<&mut Recorder> {
+        // Failed while the open runs: an error leaves it so.
+        self.state = match std::mem::replace(&mut self.state, LazyState::Failed) {
+            LazyState::Pending(plan) => LazyState::Open(Box::new(plan.open()?)),
+            settled => settled,
+        };
+        match &mut self.state {
+            LazyState::Open(recorder) => Ok(recorder),
+            _ => Err(anyhow::anyhow!(
+                "the audit log could not be opened (no command runs unrecorded)"
+            )),
+        }
+    }
+
+    /// Whether an open was tried and failed (its error was reported where it happened).
+    pub fn failed(&self) -> bool {
+        matches!(self.state, LazyState::Failed)
+    }
+
+    /// Whether the intent was written.
+    pub fn intent_written(&self) -> bool {
+        matches!(&self.state, LazyState::Open(r) if r.intent_written())
+    }
+
+    /// Ends the session, opening it first if nothing did (a run with nothing else to record
+    /// still leaves its start and end); nothing to end after a failed open.
+    pub fn close(mut self, end: Value) -> Result<()> {
+        if self.failed() {
+            return Ok(());
+        }
+        self.get()?;
+        match self.state {
+            LazyState::Open(recorder) => (*recorder).close(end),
+            _ => Ok(()),
+        }
     }
 }
 

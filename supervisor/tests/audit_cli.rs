@@ -199,23 +199,42 @@ fn a_flipped_byte_is_found_with_its_line() {
     assert!(report.contains(".jsonl:2"), "{report}");
 }
 
+/// The session opens in the executor's release, while the sandbox is being built (each
+/// executor has its own way to hold the command back until then): an open that fails stops
+/// the command under every executor.
 #[test]
 fn a_log_that_cannot_be_written_stops_the_command() {
-    let w = world();
-    // Garuda's audit folder is a file: no session can be opened.
-    std::fs::create_dir_all(w.home.join(".garuda")).unwrap();
-    std::fs::write(w.home.join(".garuda/audit"), "not a folder").unwrap();
-    let marker = w.project.join("ran");
-    let out = w.garuda(&["sandbox", "--", "touch", marker.to_str().unwrap()]);
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "{err}");
-    assert!(err.contains("cannot open the audit log"), "{err}");
-    assert!(!marker.exists(), "the command ran without a record");
-    // Negative control: with a working log the same command runs.
-    std::fs::remove_file(w.home.join(".garuda/audit")).unwrap();
-    let out = w.garuda(&["sandbox", "--", "touch", marker.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(marker.exists());
+    for executor in ["landlock", "bubblewrap", "host"] {
+        let w = world();
+        // Garuda's audit folder is a file: no session can be opened.
+        std::fs::create_dir_all(w.home.join(".garuda")).unwrap();
+        std::fs::write(w.home.join(".garuda/audit"), "not a folder").unwrap();
+        let marker = w.project.join("ran");
+        let run = [
+            "sandbox",
+            "--executor",
+            executor,
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ];
+        let out = w.garuda(&run);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{executor}: {err}");
+        assert!(
+            err.contains("cannot open the audit log"),
+            "{executor}: {err}"
+        );
+        assert!(
+            !marker.exists(),
+            "{executor}: the command ran without a record"
+        );
+        // Negative control: with a working log the same command runs.
+        std::fs::remove_file(w.home.join(".garuda/audit")).unwrap();
+        let out = w.garuda(&run);
+        assert!(out.status.success(), "{executor}: {}", text(&out.stderr));
+        assert!(marker.exists(), "{executor}");
+    }
 }
 
 #[test]

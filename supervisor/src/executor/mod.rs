@@ -272,7 +272,8 @@ pub trait Executor: Send + Sync {
     /// error stops the command, which then never runs ([`ExecError::NotReleased`]).
     ///
     /// What it is for: the audit intent must be on disk before the command can do anything,
-    /// and its `fdatasync` (0.3–0.5 ms) need not hold up the sandbox's setup. The Landlock
+    /// and neither the audit session's open nor the intent's `fdatasync` (0.3–0.5 ms) need
+    /// hold up the sandbox's setup (`garuda sandbox` opens the session in its release). The Landlock
     /// executor calls `release` while its children build the sandbox, and the command waits on
     /// a pipe for the go-ahead (`sys::NativePlan::release`); the bubblewrap executor calls it
     /// while bwrap builds the sandbox, and its exec step waits (`sys::EXEC_RELEASED_ARGV1`).
