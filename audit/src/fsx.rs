@@ -17,34 +17,11 @@ pub const DIR_MODE: u32 = 0o700;
 /// Mode of every audit file.
 pub const FILE_MODE: u32 = 0o600;
 
-/// The effective uid of this process, without `unsafe` (`geteuid` is an FFI call). Read once
-/// per process: Garuda never changes its uid, and every audit open asks (three times a run).
+/// The effective uid of this process (`geteuid`, through rustix's safe wrapper: this crate
+/// has no `unsafe`). It used to read the `Uid:` line of `/proc/self/status`, which the kernel
+/// builds whole for every read: tens of microseconds at every audit open.
 pub(crate) fn current_uid() -> Result<u32, AuditError> {
-    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    if let Some(uid) = EUID.get() {
-        return Ok(*uid);
-    }
-    let uid = read_current_uid()?;
-    Ok(*EUID.get_or_init(|| uid))
-}
-
-fn read_current_uid() -> Result<u32, AuditError> {
-    // Linux: the `Uid:` line of /proc/self/status (real, effective, saved, fs).
-    if let Ok(status) = fs::read_to_string("/proc/self/status") {
-        for line in status.lines() {
-            if let Some(rest) = line.strip_prefix("Uid:") {
-                if let Some(euid) = rest.split_whitespace().nth(1).and_then(|v| v.parse().ok()) {
-                    return Ok(euid);
-                }
-            }
-        }
-    }
-    // Elsewhere: the owner of a file this process creates is its effective uid.
-    let probe = tempfile::tempfile().map_err(|e| AuditError::io("<temporary file>", e))?;
-    let meta = probe
-        .metadata()
-        .map_err(|e| AuditError::io("<temporary file>", e))?;
-    Ok(meta.uid())
+    Ok(rustix::process::geteuid().as_raw())
 }
 
 /// What is wrong with a file or folder, if anything, as a short sentence.
