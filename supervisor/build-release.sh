@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the release `garuda` as it is shipped and benchmarked, and prints its path (last line).
+# Builds the release `garuda` as it is shipped and benchmarked, and prints its absolute path
+# (last line).
 #
 #     supervisor/build-release.sh [more `cargo build` arguments]
 #
@@ -22,6 +23,8 @@ cd "$(dirname "$0")/.."
 
 host=$(rustc -vV | sed -n 's/^host: //p')
 target_dir=${CARGO_TARGET_DIR:-target}
+# The path printed is absolute: a benchmark or test reading it runs from another folder.
+case "$target_dir" in /*) ;; *) target_dir="$(pwd)/$target_dir" ;; esac
 case "$host" in
   *-linux-gnu)
     RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \

@@ -119,10 +119,22 @@ const SYSCTLS: [&str; 6] = [
     "kernel/apparmor_restrict_unprivileged_userns",
 ];
 
+/// A small `/proc` file's text, trimmed: an open and reads into a buffer, without the size
+/// query (`statx`) `fs::read_to_string` makes first (a `/proc` file has no size to give).
 fn read_trimmed(path: &str) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut text = Vec::new();
+    let mut chunk = [0u8; 512];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    String::from_utf8(text).ok().map(|s| s.trim().to_string())
 }
 
 fn time_ns(secs: i64, nsec: i64) -> i128 {
@@ -130,9 +142,10 @@ fn time_ns(secs: i64, nsec: i64) -> i128 {
 }
 
 impl Key {
-    /// The key of this process, now: a few small reads of `/proc`, one `stat`, one syscall.
+    /// The key of this process, now: a few small reads of `/proc`, one `stat`, a few system
+    /// calls.
     pub fn current() -> Key {
-        let seccomp = std::fs::read_to_string("/proc/self/status").ok().map(|s| {
+        let seccomp = read_trimmed("/proc/self/status").map(|s| {
             s.lines()
                 .filter(|l| l.starts_with("Seccomp"))
                 .collect::<Vec<_>>()
@@ -151,10 +164,11 @@ impl Key {
                 ctime_ns: time_ns(m.ctime(), m.ctime_nsec()),
             })
         });
+        let (release, build) = super::pidns::kernel_release_and_build();
         Key {
             boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
-            kernel_release: read_trimmed("/proc/sys/kernel/osrelease"),
-            kernel_version: read_trimmed("/proc/sys/kernel/version"),
+            kernel_release: Some(release),
+            kernel_version: Some(build),
             uid: sys::current_uid(),
             gid: sys::current_gid(),
             user_ns: std::fs::read_link("/proc/self/ns/user")
