@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the release `garuda` as it is shipped and benchmarked, and prints its absolute path
-# (last line).
+# (the last line of its output; cargo's own messages go to stderr).
 #
 #     supervisor/build-release.sh [more `cargo build` arguments]
 #
@@ -21,25 +21,38 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The binary's path as cargo reports it (wherever the target folder is: CARGO_TARGET_DIR,
+# CARGO_BUILD_TARGET_DIR or a config's build.target-dir), absolute.
+built_path() {
+  sed -n 's/.*"executable":"\([^"]*\/garuda\)".*/\1/p' | tail -1
+}
+
 host=$(rustc -vV | sed -n 's/^host: //p')
-target_dir=${CARGO_TARGET_DIR:-target}
-# The path printed is absolute: a benchmark or test reading it runs from another folder.
-case "$target_dir" in /*) ;; *) target_dir="$(pwd)/$target_dir" ;; esac
 case "$host" in
   *-linux-gnu)
-    RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-      cargo build --release -p garuda --target "$host" "$@"
-    bin="$target_dir/$host/release/garuda"
-    # CARGO_ENCODED_RUSTFLAGS, when set, replaces RUSTFLAGS: refuse a binary that still names
-    # a dynamic loader rather than hand out a slower one under the shipped name.
-    if readelf -lW "$bin" | grep -q 'Requesting program interpreter'; then
+    command -v readelf >/dev/null || { echo "build-release: readelf (binutils) is needed to check the binary" >&2; exit 1; }
+    bin=$(RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+      cargo build --release -p garuda --bin garuda --target "$host" \
+        --message-format=json-render-diagnostics "$@" | built_path)
+    [ -n "$bin" ] || { echo "build-release: cargo named no garuda binary" >&2; exit 1; }
+    # Refuse a binary that is not what is shipped rather than hand out a slower or weaker one
+    # under its name: CARGO_ENCODED_RUSTFLAGS, when set, replaces RUSTFLAGS (a dynamic
+    # loader would be named), and a relocation model in the caller's flags could make it
+    # load at a fixed address (type EXEC instead of DYN).
+    headers=$(readelf -hlW "$bin")
+    if grep -q 'Requesting program interpreter' <<<"$headers"; then
       echo "build-release: $bin is dynamically linked (is CARGO_ENCODED_RUSTFLAGS set?)" >&2
+      exit 1
+    fi
+    if ! grep -Eq 'Type:[[:space:]]+DYN' <<<"$headers" || ! grep -q 'GNU_RELRO' <<<"$headers"; then
+      echo "build-release: $bin is not position-independent with RELRO" >&2
       exit 1
     fi
     ;;
   *)
-    cargo build --release -p garuda "$@"
-    bin="$target_dir/release/garuda"
+    bin=$(cargo build --release -p garuda --bin garuda \
+      --message-format=json-render-diagnostics "$@" | built_path)
+    [ -n "$bin" ] || { echo "build-release: cargo named no garuda binary" >&2; exit 1; }
     ;;
 esac
 echo "$bin"

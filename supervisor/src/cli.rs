@@ -1647,10 +1647,11 @@ fn run_sandbox(recorder: &mut crate::record::LazyRecorder, inputs: RunInputs) ->
             run_forwarding_signals(&*selection.executor, &spec, &policy, mode, &mut || {
                 release_recorded(recorder, &mut unwritten, verbose).map_err(|e| format!("{e:#}"))
             });
-        if let (Err(_), Some(intent), false) = (&outcome, unwritten, recorder.failed()) {
-            // The sandbox failed before its release: it was tried, so its intent is on record
-            // before the failure (as a command that failed, not a refusal). After a failed
-            // open the open's error is the run's.
+        if let (Some(intent), false) = (unwritten, recorder.failed()) {
+            // The executor ended without calling the release: the sandbox failed in its setup,
+            // or it found no program to run (bubblewrap answers 127 itself). It was tried, so
+            // its intent is on record before its failure or result (a command that failed, not
+            // a refusal). After a failed open the open's error is the run's.
             recorder.get()?.intent_unsynced(intent)?;
         }
         let outcome = outcome.map_err(|e| anyhow!(e))?;

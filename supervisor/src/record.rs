@@ -26,13 +26,9 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Opens the session for `project` under `host`'s Garuda home, with the witness of the
-    /// policy (if any), and writes its start.
-    pub fn open(host: &HostEnv, project: &Path, settings: &EffectiveSettings) -> Result<Recorder> {
-        Recorder::open_tool(host, project, settings, "garuda sandbox")
-    }
-
-    /// [`Recorder::open`] for another of Garuda's tools (`garuda -p`), named in the start.
+    /// Opens the session of one of Garuda's tools (`garuda -p`, named in the start) for
+    /// `project` under `host`'s Garuda home, with the witness of the policy (if any), and
+    /// writes its start.
     pub fn open_tool(
         host: &HostEnv,
         project: &Path,
@@ -42,7 +38,7 @@ impl Recorder {
         SessionPlan::new(host, project, settings, tool).open()
     }
 
-    /// The session of [`Recorder::open`], opened only when it is first needed
+    /// The session of a `garuda sandbox` run, opened only when it is first needed
     /// ([`LazyRecorder::get`]).
     pub fn open_later(
         host: &HostEnv,
@@ -240,15 +236,15 @@ impl LazyRecorder {
     }
 
     /// Ends the session, opening it first if nothing did (a run with nothing else to record
-    /// still leaves its start and end); nothing to end after a failed open.
+    /// still leaves its start and end). After a failed open there is no session to end: an
+    /// error, so that no run reports success unrecorded.
     pub fn close(mut self, end: Value) -> Result<()> {
-        if self.failed() {
-            return Ok(());
-        }
         self.get()?;
         match self.state {
             LazyState::Open(recorder) => (*recorder).close(end),
-            _ => Ok(()),
+            _ => Err(anyhow::anyhow!(
+                "the audit log could not be opened (no command runs unrecorded)"
+            )),
         }
     }
 }

@@ -237,6 +237,40 @@ fn a_log_that_cannot_be_written_stops_the_command() {
     }
 }
 
+/// A program that is not found never runs, but it was tried: its intent is on record before
+/// its result (exit 127), under every executor. Bubblewrap answers 127 itself, without the
+/// release that opens the session and writes the intent. Control: the session's other lines
+/// are there, so a missing intent is not a missing session.
+#[test]
+fn a_program_that_is_not_found_has_its_intent_recorded() {
+    for executor in ["landlock", "bubblewrap", "host"] {
+        let w = world();
+        let run = [
+            "sandbox",
+            "--executor",
+            executor,
+            "--",
+            "garuda-no-such-program-7d1",
+        ];
+        let out = w.garuda(&run);
+        assert_eq!(
+            out.status.code(),
+            Some(127),
+            "{executor}: {}",
+            text(&out.stderr)
+        );
+        let sessions = w.sessions();
+        let kinds: Vec<&str> = sessions[0]
+            .iter()
+            .map(|v| v["type"].as_str().unwrap())
+            .collect();
+        let intent = kinds.iter().position(|k| *k == "command_intent");
+        let result = kinds.iter().position(|k| *k == "command_result");
+        assert!(result.is_some(), "{executor}: {kinds:?}");
+        assert!(intent.is_some() && intent < result, "{executor}: {kinds:?}");
+    }
+}
+
 #[test]
 fn refusals_are_recorded() {
     let w = world();
