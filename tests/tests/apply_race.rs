@@ -39,7 +39,8 @@ use std::time::{Duration, Instant};
 use garuda_staging::{BackendChoice, ChangeKind, FoundKind, Session, StagingError};
 
 const EXECUTORS: [&str; 2] = ["landlock", "bubblewrap"];
-/// Library applies per executor, racing the swapper.
+/// Library applies per executor, racing the swapper (at least; more until both outcomes, applied
+/// and refused, were seen).
 const APPLIES: usize = 150;
 /// CLI applies per executor.
 const CLI_RUNS: usize = 6;
@@ -298,11 +299,17 @@ fn library_applies(w: &World) -> Tally {
     };
     let mut tally = Tally::default();
     let mut i = 0;
-    while tally.applied.len() + tally.refused < APPLIES {
+    // At least APPLIES, and on until both outcomes were seen: on a loaded machine a run of
+    // them can all land between two swaps (once 150 applied, none refused, with 58 lists
+    // taken over the link), which proves nothing about the race.
+    let exercised = |t: &Tally| {
+        t.applied.len() + t.refused >= APPLIES && !t.applied.is_empty() && t.refused > 0
+    };
+    while !exercised(&tally) {
         i += 1;
         assert!(
             i <= 10 * APPLIES,
-            "too few lists could be applied: {tally:?}"
+            "too few lists could be applied, or the race never went both ways: {tally:?}"
         );
         let mark = s.prepare().unwrap();
         // The "command": its write lands in upper/ (the overlay's upper layer, by hand).
@@ -640,7 +647,7 @@ fn race(executor: &str) {
         "{executor}: the race was not exercised both ways: {:?}",
         tally
     );
-    assert_eq!(tally.applied.len() + tally.refused, APPLIES);
+    assert!(tally.applied.len() + tally.refused >= APPLIES, "{tally:?}");
     // Nothing of a refused apply reached the project: exactly the applied files are new
     // (besides keep.txt and the negative control's file).
     let mut files = Vec::new();
