@@ -30,7 +30,7 @@ use crate::error::PolicyError;
 use crate::paths::{canonical_if_exists, create_dir_if_missing};
 use crate::protect::{Protected, Resolved};
 use crate::sensitive::is_env_file_name;
-use crate::walk_cache::{EntryKind, WalkCache};
+use crate::walk_cache::{self, EntryKind};
 
 /// Mode of a folder the walk creates (`.garuda`, a hooks path): what `git init` uses.
 pub(crate) const CREATED_DIR_MODE: u32 = 0o755;
@@ -91,40 +91,43 @@ pub(crate) fn scan_project(
     let mut git_entries: Vec<(PathBuf, PathBuf, EntryKind)> = Vec::new();
     let mut nested_garuda = Vec::new();
     // What each folder holds, from the cache when the folder has not changed since it was
-    // listed (`walk_cache`): the walk below judges it the same way either way.
-    let mut cache = WalkCache::open(garuda_home, root);
-    // An explicit stack: a deeply nested tree must not overflow the supervisor's stack.
-    let mut pending = vec![root.to_path_buf()];
-    while let Some(dir) = pending.pop() {
+    // listed (`walk_cache`): the closure below judges it the same way either way.
+    walk_cache::walk(
+        garuda_home,
+        root,
+        is_env_file_name,
         // An unlistable directory is an error, not a skip: the command runs as the same user,
         // can `chmod` it back (it is writable) and read a `.env` the walk never saw.
-        let listing = cache.list(&dir, is_env_file_name).map_err(|source| {
+        |dir, source| {
             // Opened without following links: a folder its parent listed that is now a link
             // (ELOOP, ENOTDIR) or a file (ENOTDIR) changed under the walk.
             if dir != root && matches!(source.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) {
-                PolicyError::FolderChangedDuringWalk { path: dir.clone() }
+                PolicyError::FolderChangedDuringWalk {
+                    path: dir.to_path_buf(),
+                }
             } else {
                 PolicyError::ReadDir {
-                    path: dir.clone(),
+                    path: dir.to_path_buf(),
                     source,
                 }
             }
-        })?;
-        for name in &listing.env {
-            // Through a link the secret is the target; a dangling link holds nothing.
-            if let Some(secret) = canonical_if_exists(&dir.join(name))? {
-                env_files.push(secret);
+        },
+        |dir, folder| {
+            for name in folder.env() {
+                // Through a link the secret is the target; a dangling link holds nothing.
+                if let Some(secret) = canonical_if_exists(&dir.join(name))? {
+                    env_files.push(secret);
+                }
             }
-        }
-        if let Some(kind) = listing.git {
-            git_entries.push((dir.clone(), dir.join(".git"), kind));
-        }
-        if listing.garuda && dir != root {
-            nested_garuda.push(dir.join(".garuda"));
-        }
-        pending.extend(listing.subdirs.iter().map(|name| dir.join(name)));
-    }
-    cache.save();
+            if let Some(kind) = folder.git {
+                git_entries.push((dir.to_path_buf(), dir.join(".git"), kind));
+            }
+            if folder.garuda && dir != root {
+                nested_garuda.push(dir.join(".garuda"));
+            }
+            Ok(())
+        },
+    )?;
     walker.root_garuda()?;
     for path in nested_garuda {
         // An existing nested `.garuda` folder (through a link, its target) is read-only. It

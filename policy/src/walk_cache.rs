@@ -1,30 +1,30 @@
 //! What the project walk learned about each folder, kept between runs so that a run lists only
 //! the folders that changed (issue 12: the walk cost about 1.1 µs per file, 13–22 ms on a
-//! 20,000-file project, on every run).
+//! 20,000-file project, on every run), and the walk itself ([`walk`]).
 //!
 //! # What is kept
 //!
 //! For each folder the walk visited: its identity and times as `statx` reports them (device,
 //! inode, modification and change time, to the nanosecond), when it was listed, and what the
 //! walk takes from its entries — the names of `.env` entries, the kind of a `.git` entry, whether
-//! there is a `.garuda` entry, and the names of its sub-folders. Nothing else of the folder
-//! matters to the walk, and nothing here depends on the policy: the walk still judges what it
-//! finds on every run.
+//! there is a `.garuda` entry, and its sub-folders (as records of their own). Nothing else of
+//! the folder matters to the walk, and nothing here depends on the policy: the walk still judges
+//! what it finds on every run.
 //!
 //! # When a folder's entry is believed
 //!
 //! Only when all of these hold (otherwise the folder is listed again, as without a cache):
-//! 1. `lstat` of the folder's path now gives the same device, inode, modification time and
-//!    change time. Creating, removing or renaming an entry in a folder changes both of its
-//!    times; replacing the folder (or putting a link where it was) changes its inode. The
-//!    change time cannot be set by a process (only the clock can), so a command that restores
-//!    a folder's modification time with `utimes` still changes its change time.
+//! 1. `lstat` of the folder now gives the same device, inode, modification time and change
+//!    time. Creating, removing or renaming an entry in a folder changes both of its times;
+//!    replacing the folder (or putting a link where it was) changes its inode. The change time
+//!    cannot be set by a process (only the clock can), so a command that restores a folder's
+//!    modification time with `utimes` still changes its change time.
 //! 2. The folder's times were already [`RACY_MARGIN`] older than the moment it was listed.
 //!    File times come from a clock that may lag by a tick, so an entry created in the same tick
 //!    just after the listing could leave both times unchanged: such a "racily clean" folder (as
 //!    git calls the same case in its index) is listed again on the next run, until it has been
 //!    still for longer than the margin.
-//! 3. Its time is not in the future (a clock set back makes every time suspect).
+//! 3. Its times are not in the future (a clock set back makes every time suspect).
 //!
 //! A folder listed is opened once, without following a link in its last component, and its
 //! stamp and entries both come from that descriptor: a link swapped in while the walk runs
@@ -32,31 +32,50 @@
 //! a cache, but never stores a folder's entries under another folder's stamp, which later
 //! runs would believe.
 //!
+//! # The file, and why it is laid out so
+//!
+//! A run on an unchanged project does one `statx` per folder and nothing else per folder: no
+//! allocation, no hashing, no decoding of names into strings (on the 20,000-file project the
+//! hash maps and strings of an earlier layout cost more than the `statx` calls themselves).
+//! So the file is used where it lies, read into one buffer:
+//!
+//! ```text
+//! MAGIC  root (u32 length, bytes)  count (u32)  strings length (u32)
+//! count records of RECORD bytes, in breadth-first order, each folder's sub-folders sorted by name
+//! strings: the folders' names and their `.env` names (each a u16 length and the bytes)
+//! ```
+//!
+//! Breadth-first order puts a folder's sub-folders side by side, so a record names them by a
+//! count alone (the first is found by adding up the counts before it); sorted, a sub-folder of
+//! a folder that changed is found again by a binary search of its name. The records are checked
+//! once when read (every offset inside the file, every name plain, sub-folders strictly sorted,
+//! the counts making exactly one tree); a file that fails any check is ignored as a whole.
+//!
 //! # Where it lives, and who can write it
 //!
 //! `$GARUDA_HOME/cache/walk/<hash of the root>` (folders mode 0700, file 0600; each folder
-//! opened without following a link, the file read only if it is a regular file of this user's), holding the root
-//! it was made for (a different root, a bad magic, or a short or malformed file: the cache is
-//! ignored and rewritten). Garuda's home is unreadable inside every sandbox, so a command
-//! cannot plant entries; a process outside the sandbox that can write the user's home can
-//! already change the policy files there. Still, a name no folder listing gives (empty, `.`,
-//! `..`, holding `/` or NUL, or `.git` among the folders to walk) makes the whole file
-//! ignored: joined to a folder's path it would take the walk out of the project. The file is
-//! replaced (temporary file, `rename`) only when a folder was listed: an unchanged project
-//! writes nothing.
+//! opened without following a link, the file read only if it is a regular file of this
+//! user's), holding the root it was made for (a different root, a bad magic, or a short or
+//! malformed file: the cache is ignored and rewritten). Garuda's home is unreadable inside
+//! every sandbox, so a command cannot plant entries; a process outside the sandbox that can
+//! write the user's home can already change the policy files there. Still, a name no folder
+//! listing gives (empty, `.`, `..`, holding `/` or NUL, or `.git` among the folders to walk)
+//! makes the whole file ignored: joined to a folder's path it would take the walk out of the
+//! project. The file is replaced (temporary file, `rename`) only when a folder was listed: an
+//! unchanged project writes nothing.
 
-use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{Read as _, Write as _};
+use std::ops::Range;
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{Mode, OFlags};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long a folder must have been still before its listing is believed on a later run.
 pub(crate) const RACY_MARGIN: Duration = Duration::from_secs(2);
@@ -64,11 +83,44 @@ pub(crate) const RACY_MARGIN: Duration = Duration::from_secs(2);
 /// The format, and what a listing keeps. Change it when either changes, the `.env` test
 /// (`is_env_file_name`) included: a file written under a narrower test would hide a newly
 /// matched secret in every folder that has not changed since.
-const MAGIC: &[u8; 8] = b"GRDWALK1";
+const MAGIC: &[u8; 8] = b"GRDWALK2";
 /// The cache's folder under Garuda's home, one component at a time.
 const CACHE_FOLDER: [&str; 2] = ["cache", "walk"];
 /// A larger file is not one Garuda wrote for a project it can walk in reasonable time.
 const MAX_FILE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Bytes of one folder's record; the offsets of its fields (little-endian) are in [`at`].
+const RECORD: usize = 68;
+
+/// Where each field of a record starts.
+mod at {
+    /// u64: the folder's device.
+    pub(super) const DEV: usize = 0;
+    /// u64: its inode.
+    pub(super) const INO: usize = 8;
+    /// i64 seconds and u32 nanoseconds of its modification time.
+    pub(super) const MTIME_S: usize = 16;
+    pub(super) const MTIME_NS: usize = 32;
+    /// i64 seconds and u32 nanoseconds of its change time.
+    pub(super) const CTIME_S: usize = 24;
+    pub(super) const CTIME_NS: usize = 36;
+    /// i64: when it was listed, nanoseconds since the epoch.
+    pub(super) const LISTED_AT: usize = 40;
+    /// u32: where its name starts in the strings (the root's name is empty).
+    pub(super) const NAME: usize = 48;
+    /// u32: where its `.env` names start in the strings.
+    pub(super) const ENV: usize = 52;
+    /// u32: how many sub-folders it has (their records follow those of the folders before).
+    pub(super) const CHILDREN: usize = 56;
+    /// u32: how many `.env` names it has.
+    pub(super) const ENV_COUNT: usize = 60;
+    /// u16: its name's length.
+    pub(super) const NAME_LEN: usize = 64;
+    /// u8: the kind of its `.git` entry (0: none).
+    pub(super) const GIT: usize = 66;
+    /// u8: 1 when it has a `.garuda` entry.
+    pub(super) const GARUDA: usize = 67;
+}
 
 /// The kind of an entry, as the walk needs it (`lstat`: links are not followed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,16 +174,16 @@ impl EntryKind {
     }
 }
 
-/// What the walk takes from one folder's entries.
+/// What the walk takes from one folder's entries, listed now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Listing {
-    /// Names of entries that are `.env` files (any kind).
+    /// Names of entries that are `.env` files (any kind), sorted.
     pub(crate) env: Vec<OsString>,
     /// The kind of the `.git` entry, if any.
     pub(crate) git: Option<EntryKind>,
     /// There is a `.garuda` entry.
     pub(crate) garuda: bool,
-    /// Names of the sub-folders to walk (every folder entry but `.git`).
+    /// Names of the sub-folders to walk (every folder entry but `.git`), sorted.
     pub(crate) subdirs: Vec<OsString>,
 }
 
@@ -154,19 +206,28 @@ impl Stamp {
         }
     }
 
+    fn of_statx(st: &rustix::fs::Statx) -> Stamp {
+        Stamp {
+            dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+            ino: st.stx_ino,
+            mtime: (st.stx_mtime.tv_sec, i64::from(st.stx_mtime.tv_nsec)),
+            ctime: (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)),
+        }
+    }
+
     /// The later of the two times, in nanoseconds since the epoch.
     fn latest_ns(&self) -> i128 {
         let ns = |(s, n): (i64, i64)| i128::from(s) * 1_000_000_000 + i128::from(n);
         ns(self.mtime).max(ns(self.ctime))
     }
-}
 
-#[derive(Debug, Clone)]
-struct Entry {
-    stamp: Stamp,
-    /// When the folder was listed, in nanoseconds since the epoch.
-    listed_at: i128,
-    listing: Arc<Listing>,
+    /// Whether a folder with this stamp now, recorded with `then` when listed at `listed_at`,
+    /// is believed (the module documentation's three conditions; `now` is taken after the
+    /// stamp).
+    fn believes(&self, then: &Stamp, listed_at: i128, now: i128) -> bool {
+        let latest = self.latest_ns();
+        self == then && latest + RACY_MARGIN.as_nanos() as i128 <= listed_at && latest <= now
+    }
 }
 
 fn now_ns() -> i128 {
@@ -175,17 +236,519 @@ fn now_ns() -> i128 {
         .map_or(0, |d| d.as_nanos() as i128)
 }
 
-/// The cache of one walk: read at its start, written at its end if anything was listed.
+/// `N` bytes at `at`, zeros where the slice is too short (never, once a file is checked).
+fn le<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
+    bytes
+        .get(at..at.saturating_add(N))
+        .and_then(|b| b.try_into().ok())
+        .unwrap_or([0; N])
+}
+
+fn u16_at(bytes: &[u8], at: usize) -> usize {
+    usize::from(u16::from_le_bytes(le(bytes, at)))
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> usize {
+    u32::from_le_bytes(le(bytes, at)) as usize
+}
+
+fn i64_at(bytes: &[u8], at: usize) -> i64 {
+    i64::from_le_bytes(le(bytes, at))
+}
+
+/// A name as a folder listing gives it: not empty, not `.` or `..`, without `/` or NUL. The
+/// walk joins cached names to the folder's path: `..`, `../x` or `/etc` there would take it
+/// out of the project, so a file holding such a name is not one Garuda wrote, and is ignored.
+fn plain_name(name: &[u8]) -> bool {
+    !matches!(name, b"" | b"." | b"..") && !name.iter().any(|b| matches!(b, b'/' | 0))
+}
+
+/// The cache file as read, checked: each folder's record, used where it lies.
 #[derive(Debug)]
-pub(crate) struct WalkCache {
-    home: Option<PathBuf>,
-    root: PathBuf,
-    old: HashMap<Vec<u8>, Entry>,
-    /// `lstat` of the cached folders, taken at the open ([`stat_tree`]); a folder missing
-    /// here is looked at when listed.
-    stamps: HashMap<Vec<u8>, Stamp>,
-    new: Vec<(Vec<u8>, Entry)>,
-    listed: usize,
+struct Tree {
+    data: Vec<u8>,
+    /// Where the records start, and the strings.
+    records: usize,
+    strings: usize,
+    count: usize,
+    /// Each record's first sub-folder (its sub-folders are the next [`at::CHILDREN`] records
+    /// from there) and its folder (the root's: itself).
+    first_child: Vec<u32>,
+    parent: Vec<u32>,
+}
+
+impl Tree {
+    fn record(&self, i: usize) -> &[u8] {
+        let from = self.records + i * RECORD;
+        self.data.get(from..from + RECORD).unwrap_or_default()
+    }
+
+    fn stamp(&self, i: usize) -> Stamp {
+        let r = self.record(i);
+        Stamp {
+            dev: u64::from_le_bytes(le(r, at::DEV)),
+            ino: u64::from_le_bytes(le(r, at::INO)),
+            mtime: (i64_at(r, at::MTIME_S), u32_at(r, at::MTIME_NS) as i64),
+            ctime: (i64_at(r, at::CTIME_S), u32_at(r, at::CTIME_NS) as i64),
+        }
+    }
+
+    fn listed_at(&self, i: usize) -> i128 {
+        i128::from(i64_at(self.record(i), at::LISTED_AT))
+    }
+
+    /// `len` bytes of the strings from `off` (empty when out of range: never, once checked).
+    fn string(&self, off: usize, len: usize) -> &[u8] {
+        let from = self.strings.saturating_add(off);
+        self.data
+            .get(from..from.saturating_add(len))
+            .unwrap_or_default()
+    }
+
+    fn name(&self, i: usize) -> &[u8] {
+        let r = self.record(i);
+        self.string(u32_at(r, at::NAME), u16_at(r, at::NAME_LEN))
+    }
+
+    fn git(&self, i: usize) -> Option<EntryKind> {
+        EntryKind::from_code(self.record(i)[at::GIT])
+    }
+
+    fn garuda(&self, i: usize) -> bool {
+        self.record(i)[at::GARUDA] == 1
+    }
+
+    /// The `.env` names of folder `i`, as they lie in the strings.
+    fn env(&self, i: usize) -> Packed<'_> {
+        let r = self.record(i);
+        let from = self.strings.saturating_add(u32_at(r, at::ENV));
+        Packed {
+            bytes: self.data.get(from..).unwrap_or_default(),
+            left: u32_at(r, at::ENV_COUNT),
+        }
+    }
+
+    fn children(&self, i: usize) -> Range<usize> {
+        let first = self.first_child.get(i).map_or(0, |f| *f as usize);
+        first..first + u32_at(self.record(i), at::CHILDREN)
+    }
+
+    /// The sub-folder of `i` called `name` (sub-folders are sorted by name).
+    fn child_named(&self, i: usize, name: &[u8]) -> Option<usize> {
+        let range = self.children(i);
+        let mut span = range.clone();
+        while !span.is_empty() {
+            let mid = span.start + span.len() / 2;
+            match self.name(mid).cmp(name) {
+                std::cmp::Ordering::Equal => return Some(mid),
+                std::cmp::Ordering::Less => span.start = mid + 1,
+                std::cmp::Ordering::Greater => span.end = mid,
+            }
+        }
+        None
+    }
+
+    /// Folder `i`'s path: the root's and the names of the folders down to it.
+    fn path(&self, root: &Path, i: usize) -> Vec<u8> {
+        let mut chain = Vec::new();
+        let mut at = i;
+        while at != 0 && chain.len() < self.count {
+            chain.push(at);
+            at = self.parent.get(at).map_or(0, |p| *p as usize);
+        }
+        let mut path = root.as_os_str().as_bytes().to_vec();
+        for folder in chain.into_iter().rev() {
+            push_name(&mut path, self.name(folder));
+        }
+        path
+    }
+}
+
+/// `.env` names as they lie in the strings: each a u16 length and the bytes.
+#[derive(Debug, Clone)]
+struct Packed<'a> {
+    bytes: &'a [u8],
+    left: usize,
+}
+
+impl<'a> Iterator for Packed<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.left == 0 {
+            return None;
+        }
+        let len = u16_at(self.bytes, 0);
+        let name = self.bytes.get(2..2 + len)?;
+        self.bytes = self.bytes.get(2 + len..).unwrap_or_default();
+        self.left -= 1;
+        Some(name)
+    }
+}
+
+/// Appends `/name` to a path (no second `/` after a root of `/`).
+fn push_name(path: &mut Vec<u8>, name: &[u8]) {
+    if !path.ends_with(b"/") {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+}
+
+/// What [`walk`] shows of one folder: from the cache or listed now, the same either way.
+pub(crate) struct Folder<'a> {
+    /// The kind of the `.git` entry, if any.
+    pub(crate) git: Option<EntryKind>,
+    /// There is a `.garuda` entry.
+    pub(crate) garuda: bool,
+    from: FolderFrom<'a>,
+}
+
+enum FolderFrom<'a> {
+    Cache(&'a Tree, usize),
+    Listing(&'a Listing),
+}
+
+impl<'a> Folder<'a> {
+    /// Names of its entries that are `.env` files (any kind).
+    pub(crate) fn env(&self) -> impl Iterator<Item = &'a OsStr> + 'a {
+        let (packed, listed) = match self.from {
+            FolderFrom::Cache(tree, i) => (Some(tree.env(i)), None),
+            FolderFrom::Listing(listing) => (None, Some(listing.env.iter())),
+        };
+        let packed = packed.into_iter().flatten().map(OsStr::from_bytes);
+        packed.chain(listed.into_iter().flatten().map(OsString::as_os_str))
+    }
+
+    /// Names of its sub-folders, sorted.
+    #[cfg(test)]
+    fn subdirs(&self) -> Vec<OsString> {
+        match self.from {
+            FolderFrom::Cache(tree, i) => tree
+                .children(i)
+                .map(|c| OsStr::from_bytes(tree.name(c)).to_os_string())
+                .collect(),
+            FolderFrom::Listing(listing) => listing.subdirs.clone(),
+        }
+    }
+}
+
+/// What a walk did.
+#[derive(Debug)]
+pub(crate) struct Walked {
+    /// Folders listed (not taken from the cache).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) listed: usize,
+}
+
+/// A folder the walk reached, for the file written after it.
+struct Node {
+    /// The node of its folder (the root's: `u32::MAX`).
+    parent: u32,
+    from: NodeFrom,
+}
+
+enum NodeFrom {
+    /// Record of the cache read, believed.
+    Cache(u32),
+    /// Listed now ([`Fresh`] at this index).
+    Listed(u32),
+}
+
+/// A folder listed by this walk.
+struct Fresh {
+    name: Vec<u8>,
+    stamp: Stamp,
+    listed_at: i128,
+    listing: Listing,
+}
+
+/// A folder of the walk whose sub-folders are still being walked.
+struct Frame {
+    node: u32,
+    /// Its record in the cache read (also when it was listed again: its sub-folders' records
+    /// are found there by name).
+    cached: Option<usize>,
+    /// Listed now: the [`Fresh`] holding its sub-folders; else they are the record's.
+    listed: Option<usize>,
+    /// Sub-folders walked so far.
+    next: usize,
+    /// The path's length before this folder's name was added to it.
+    path_len: usize,
+}
+
+/// Walks the folders of `root` (canonical), the root first and each folder before its
+/// sub-folders, sub-folders in the order of their names; calls `visit` with each folder's path
+/// and what it holds. A folder is taken from the cache kept under Garuda's home `home` when
+/// its entry is believed (the module documentation), else listed; `None`: no cache, every
+/// folder is listed. Links are never followed into and `.git` is never entered. A folder that
+/// cannot be listed stops the walk with `list_error`'s error, as does an error of `visit`; the
+/// cache is written only after a whole walk in which a folder was listed.
+pub(crate) fn walk<E>(
+    home: Option<&Path>,
+    root: &Path,
+    is_env: impl Fn(&OsStr) -> bool,
+    list_error: impl Fn(&Path, std::io::Error) -> E,
+    mut visit: impl FnMut(&Path, &Folder<'_>) -> Result<(), E>,
+) -> Result<Walked, E> {
+    let file = file_name(root);
+    let tree = home.and_then(|h| read(h, &file, root));
+    let tree = tree.as_ref();
+    let believed = tree.map_or_else(Vec::new, |t| check_tree(root, t));
+    let mut nodes: Vec<Node> = Vec::with_capacity(tree.map_or(1, |t| t.count));
+    let mut fresh: Vec<Fresh> = Vec::new();
+    let mut path = root.as_os_str().as_bytes().to_vec();
+    let mut name = Vec::new();
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut parent = u32::MAX;
+    let mut cached = tree.map(|_| 0);
+    let mut path_len = path.len();
+    loop {
+        // Enter the folder at `path` (its record in the cache read: `cached`).
+        let here = Path::new(OsStr::from_bytes(&path));
+        let node = nodes.len() as u32;
+        let listed = match cached.filter(|i| believed.get(*i) == Some(&true)) {
+            Some(i) => {
+                let (git, garuda) = tree.map_or((None, false), |t| (t.git(i), t.garuda(i)));
+                if let Some(t) = tree {
+                    visit(
+                        here,
+                        &Folder {
+                            git,
+                            garuda,
+                            from: FolderFrom::Cache(t, i),
+                        },
+                    )?;
+                }
+                nodes.push(Node {
+                    parent,
+                    from: NodeFrom::Cache(i as u32),
+                });
+                None
+            }
+            None => {
+                // Taken before the listing: an entry made after this instant changes the
+                // folder's times to at least this (less a clock tick, which the margin covers).
+                let listed_at = now_ns();
+                let (stamp, mut listing) =
+                    list_folder(here, &is_env).map_err(|e| list_error(here, e))?;
+                listing.env.sort_unstable();
+                listing.subdirs.sort_unstable();
+                visit(
+                    here,
+                    &Folder {
+                        git: listing.git,
+                        garuda: listing.garuda,
+                        from: FolderFrom::Listing(&listing),
+                    },
+                )?;
+                nodes.push(Node {
+                    parent,
+                    from: NodeFrom::Listed(fresh.len() as u32),
+                });
+                fresh.push(Fresh {
+                    name: name.clone(),
+                    stamp,
+                    listed_at,
+                    listing,
+                });
+                Some(fresh.len() - 1)
+            }
+        };
+        stack.push(Frame {
+            node,
+            cached,
+            listed,
+            next: 0,
+            path_len,
+        });
+        // The next folder to enter: the next sub-folder of the innermost folder that has one
+        // left, leaving the folders done.
+        let found = loop {
+            let Some(top) = stack.last_mut() else {
+                break false;
+            };
+            let child = match (top.listed, top.cached, tree) {
+                (Some(f), _, _) => fresh
+                    .get(f)
+                    .and_then(|f| f.listing.subdirs.get(top.next))
+                    .map(|n| {
+                        let n = n.as_bytes();
+                        (
+                            n,
+                            top.cached.zip(tree).and_then(|(i, t)| t.child_named(i, n)),
+                        )
+                    }),
+                (None, Some(i), Some(t)) => {
+                    let children = t.children(i);
+                    (top.next < children.len()).then(|| {
+                        (
+                            t.name(children.start + top.next),
+                            Some(children.start + top.next),
+                        )
+                    })
+                }
+                _ => None,
+            };
+            match child {
+                Some((child_name, child_record)) => {
+                    top.next += 1;
+                    name.clear();
+                    name.extend_from_slice(child_name);
+                    parent = top.node;
+                    cached = child_record;
+                    break true;
+                }
+                None => {
+                    let done = stack.pop();
+                    if let Some(done) = done {
+                        path.truncate(done.path_len);
+                    }
+                }
+            }
+        };
+        if !found {
+            break;
+        }
+        path_len = path.len();
+        push_name(&mut path, &name);
+    }
+    let walked = Walked {
+        listed: fresh.len(),
+    };
+    if let (Some(home), false) = (home, fresh.is_empty()) {
+        if let Some(bytes) = encode(root, &new_records(tree, &nodes, &fresh)) {
+            // Best effort: a cache that cannot be written only makes the next walk list
+            // everything again.
+            let _ = write(home, &file, &bytes);
+        }
+    }
+    Ok(walked)
+}
+
+/// One folder's record as written: a believed record of the cache read, or a listing.
+struct OutRecord<'a> {
+    name: &'a [u8],
+    stamp: Stamp,
+    listed_at: i128,
+    git: Option<EntryKind>,
+    garuda: bool,
+    env: Vec<&'a [u8]>,
+    children: usize,
+}
+
+/// The records of the folders this walk reached, in the file's order: breadth-first, each
+/// folder's sub-folders in the order the walk took them (by name).
+fn new_records<'a>(
+    tree: Option<&'a Tree>,
+    nodes: &[Node],
+    fresh: &'a [Fresh],
+) -> Vec<OutRecord<'a>> {
+    let n = nodes.len();
+    // Each node's sub-folders, side by side: counted, then placed in the walk's order.
+    let mut count = vec![0usize; n];
+    for node in nodes.iter().skip(1) {
+        if let Some(c) = count.get_mut(node.parent as usize) {
+            *c += 1;
+        }
+    }
+    let mut start = Vec::with_capacity(n + 1);
+    let mut sum = 0;
+    for c in &count {
+        start.push(sum);
+        sum += c;
+    }
+    start.push(sum);
+    let mut fill = start.clone();
+    let mut slots = vec![0usize; sum];
+    for (i, node) in nodes.iter().enumerate().skip(1) {
+        let p = node.parent as usize;
+        slots[fill[p]] = i;
+        fill[p] += 1;
+    }
+    let mut order = Vec::with_capacity(n);
+    if n > 0 {
+        order.push(0);
+    }
+    let mut k = 0;
+    while let Some(&v) = order.get(k) {
+        order.extend_from_slice(&slots[start[v]..start[v + 1]]);
+        k += 1;
+    }
+    order
+        .iter()
+        .filter_map(|&v| {
+            let children = count[v];
+            Some(match nodes[v].from {
+                NodeFrom::Cache(i) => {
+                    let (t, i) = (tree?, i as usize);
+                    OutRecord {
+                        name: t.name(i),
+                        stamp: t.stamp(i),
+                        listed_at: t.listed_at(i),
+                        git: t.git(i),
+                        garuda: t.garuda(i),
+                        env: t.env(i).collect(),
+                        children,
+                    }
+                }
+                NodeFrom::Listed(f) => {
+                    let f = fresh.get(f as usize)?;
+                    OutRecord {
+                        name: &f.name,
+                        stamp: f.stamp,
+                        listed_at: f.listed_at,
+                        git: f.listing.git,
+                        garuda: f.listing.garuda,
+                        env: f.listing.env.iter().map(|e| e.as_bytes()).collect(),
+                        children,
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// `lstat` of every folder the cache knows, walking the cached tree: each folder's
+/// sub-folders are looked at relative to a handle on it (one path component per call instead
+/// of the whole path). Returns, for each record, whether it is believed; a folder that cannot
+/// be looked at is not (the walk lists it if it reaches it).
+///
+/// On a tree of [`SHARED_FROM_FOLDERS`] folders or more, two threads share the calls
+/// ([`TreeWork`]): on the 20,000-file project this is about 2,000 `statx` calls, 1.9 ms on one
+/// core (`docs/benchmarks.md`, "The walk cache's look shared by two threads"). Which thread
+/// looks at a folder changes nothing: each stamp is of one folder, taken by one call, and is
+/// judged alone. A second thread that cannot be started leaves the whole tree to this one.
+fn check_tree(root: &Path, tree: &Tree) -> Vec<bool> {
+    let mut believed = vec![false; tree.count];
+    let Ok(meta) = fs::symlink_metadata(root) else {
+        return believed;
+    };
+    let work = TreeWork::new(tree, now_ns());
+    believed[0] = Stamp::of(&meta).believes(&tree.stamp(0), tree.listed_at(0), work.now);
+    let mut mine = Vec::with_capacity(tree.count);
+    if tree.count < SHARED_FROM_FOLDERS {
+        work.run(root, &mut mine);
+    } else {
+        std::thread::scope(|scope| {
+            let helper = std::thread::Builder::new()
+                .name("garuda-walk".into())
+                .spawn_scoped(scope, || {
+                    let mut theirs = Vec::with_capacity(tree.count / 2);
+                    work.run(root, &mut theirs);
+                    theirs
+                });
+            work.run(root, &mut mine);
+            if let Ok(Ok(theirs)) = helper.map(|h| h.join()) {
+                mine.extend(theirs);
+            }
+        });
+    }
+    for i in mine {
+        if let Some(b) = believed.get_mut(i as usize) {
+            *b = true;
+        }
+    }
+    believed
 }
 
 /// Below this many cached folders the tree is looked at by the calling thread alone: a second
@@ -196,139 +759,90 @@ const SHARED_FROM_FOLDERS: usize = 256;
 /// `src/` has 2,000) is shared out in pieces.
 const PIECE: usize = 128;
 
-/// `lstat` of every folder the cache knows, walking the cached tree: each folder's
-/// sub-folders are looked at relative to a handle on it (one path component per call instead
-/// of the whole path, which was most of a warm walk's cost). A folder that cannot be looked at
-/// is left out, and is looked at (or listed) by path when the walk reaches it.
-///
-/// On a tree of [`SHARED_FROM_FOLDERS`] folders or more, two threads share the calls
-/// ([`TreeWork`]): on the 20,000-file project this is about 2,000 `statx` calls, 2.3 ms on one
-/// core (`docs/benchmarks.md`, "The walk cache's look shared by two threads"). Which thread
-/// looks at a folder changes nothing: each stamp is of one folder, taken by one call, and is
-/// judged alone when the walk reaches it. A second thread that cannot be started leaves the
-/// whole tree to this one.
-fn stat_tree(root: &Path, old: &HashMap<Vec<u8>, Entry>) -> HashMap<Vec<u8>, Stamp> {
-    let mut stamps = HashMap::with_capacity(old.len());
-    let Ok(meta) = fs::symlink_metadata(root) else {
-        return stamps;
-    };
-    stamps.insert(Vec::new(), Stamp::of(&meta));
-    let work = TreeWork::new(old);
-    if old.len() < SHARED_FROM_FOLDERS {
-        work.run(root, &mut stamps);
-        return stamps;
-    }
-    std::thread::scope(|scope| {
-        let helper = std::thread::Builder::new()
-            .name("garuda-walk".into())
-            .spawn_scoped(scope, || {
-                let mut theirs = HashMap::with_capacity(old.len() / 2);
-                work.run(root, &mut theirs);
-                theirs
-            });
-        work.run(root, &mut stamps);
-        if let Ok(Ok(theirs)) = helper.map(|h| h.join()) {
-            stamps.extend(theirs);
-        }
-    });
-    stamps
-}
-
 /// Folders of the cached tree whose sub-folders are still to be looked at, shared by the
-/// threads of [`stat_tree`]: each takes a piece, looks at its sub-folders, and puts back the
+/// threads of [`check_tree`]: each takes a piece, looks at its sub-folders, and puts back the
 /// pieces of those that have sub-folders of their own. A thread stops when no piece is left
 /// and no other thread is looking at one (which could put back more).
 struct TreeWork<'a> {
-    old: &'a HashMap<Vec<u8>, Entry>,
+    tree: &'a Tree,
+    /// Taken before any folder is looked at: a time after it is in the future.
+    now: i128,
     state: Mutex<TreeWorkState>,
     changed: Condvar,
 }
 
 struct TreeWorkState {
-    /// A folder's key and the range of its sub-folders (`Listing::subdirs`) to look at.
-    pieces: Vec<(Vec<u8>, usize, usize)>,
+    /// A folder's record and the range of its sub-folders' records to look at.
+    pieces: Vec<(usize, Range<usize>)>,
     /// Threads looking at a piece.
     busy: usize,
 }
 
 impl<'a> TreeWork<'a> {
     /// The work of looking at the whole tree, from the root's sub-folders.
-    fn new(old: &'a HashMap<Vec<u8>, Entry>) -> TreeWork<'a> {
+    fn new(tree: &'a Tree, now: i128) -> TreeWork<'a> {
         let mut pieces = Vec::new();
-        add_pieces(old, &mut pieces, Vec::new());
+        add_pieces(tree, &mut pieces, 0);
         TreeWork {
-            old,
+            tree,
+            now,
             state: Mutex::new(TreeWorkState { pieces, busy: 0 }),
             changed: Condvar::new(),
         }
     }
 
-    /// Take pieces until none is left; each folder's stamp goes to `stamps`.
-    fn run(&self, root: &Path, stamps: &mut HashMap<Vec<u8>, Stamp>) {
-        while let Some((key, from, to)) = self.take() {
+    /// Take pieces until none is left; the records believed go to `believed`.
+    fn run(&self, root: &Path, believed: &mut Vec<u32>) {
+        while let Some((folder, range)) = self.take() {
             // Handed back when this piece ends, however it ends: a thread that stopped in the
             // middle of one must not leave the other waiting for it.
             let mut piece = PieceDone {
                 work: self,
                 found: Vec::new(),
             };
-            piece.found = self.look(root, &key, from, to, stamps);
+            piece.found = self.look(root, folder, range, believed);
         }
     }
 
-    /// Look at sub-folders `from..to` of the cached folder `key`, relative to a handle on it;
-    /// returns the keys of those looked at.
+    /// Look at the sub-folders `range` of folder `folder`, relative to a handle on it; returns
+    /// those of them that have sub-folders of their own.
     fn look(
         &self,
         root: &Path,
-        key: &[u8],
-        from: usize,
-        to: usize,
-        stamps: &mut HashMap<Vec<u8>, Stamp>,
-    ) -> Vec<Vec<u8>> {
+        folder: usize,
+        range: Range<usize>,
+        believed: &mut Vec<u32>,
+    ) -> Vec<usize> {
         use rustix::fs::{AtFlags, StatxFlags};
         let mut found = Vec::new();
-        let names = self
-            .old
-            .get(key)
-            .and_then(|entry| entry.listing.subdirs.get(from..to))
-            .unwrap_or_default();
-        let path = root.join(OsStr::from_bytes(key));
+        let path = self.tree.path(root, folder);
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let Ok(dir) = rustix::fs::open(&path, flags, Mode::empty()) else {
+        let Ok(dir) = rustix::fs::open(OsStr::from_bytes(&path), flags, Mode::empty()) else {
             return found;
         };
-        for name in names {
+        for i in range {
             let Ok(st) = rustix::fs::statx(
                 &dir,
-                name.as_os_str(),
+                OsStr::from_bytes(self.tree.name(i)),
                 AtFlags::SYMLINK_NOFOLLOW,
                 StatxFlags::TYPE | StatxFlags::INO | StatxFlags::MTIME | StatxFlags::CTIME,
             ) else {
                 continue;
             };
-            let mut child = key.to_vec();
-            if !child.is_empty() {
-                child.push(b'/');
+            let then = self.tree.stamp(i);
+            if Stamp::of_statx(&st).believes(&then, self.tree.listed_at(i), self.now) {
+                believed.push(i as u32);
             }
-            child.extend_from_slice(name.as_bytes());
-            stamps.insert(
-                child.clone(),
-                Stamp {
-                    dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
-                    ino: st.stx_ino,
-                    mtime: (st.stx_mtime.tv_sec, i64::from(st.stx_mtime.tv_nsec)),
-                    ctime: (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)),
-                },
-            );
-            found.push(child);
+            if !self.tree.children(i).is_empty() {
+                found.push(i);
+            }
         }
         found
     }
 
     /// The next piece, waiting while another thread may still put some back; `None` when the
     /// tree is done.
-    fn take(&self) -> Option<(Vec<u8>, usize, usize)> {
+    fn take(&self) -> Option<(usize, Range<usize>)> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             if let Some(piece) = state.pieces.pop() {
@@ -346,10 +860,10 @@ impl<'a> TreeWork<'a> {
     }
 
     /// A piece done: the pieces of the sub-folders it found go back.
-    fn finish(&self, found: Vec<Vec<u8>>) {
+    fn finish(&self, found: Vec<usize>) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        for child in found {
-            add_pieces(self.old, &mut state.pieces, child);
+        for folder in found {
+            add_pieces(self.tree, &mut state.pieces, folder);
         }
         state.busy -= 1;
         self.changed.notify_all();
@@ -359,7 +873,7 @@ impl<'a> TreeWork<'a> {
 /// A piece being looked at; dropping it hands what it found back to the [`TreeWork`].
 struct PieceDone<'w, 'a> {
     work: &'w TreeWork<'a>,
-    found: Vec<Vec<u8>>,
+    found: Vec<usize>,
 }
 
 impl Drop for PieceDone<'_, '_> {
@@ -368,117 +882,14 @@ impl Drop for PieceDone<'_, '_> {
     }
 }
 
-/// The pieces of the cached folder `key`'s sub-folders, [`PIECE`] at a time (none when the
-/// cache does not know it or it has none).
-fn add_pieces(
-    old: &HashMap<Vec<u8>, Entry>,
-    pieces: &mut Vec<(Vec<u8>, usize, usize)>,
-    key: Vec<u8>,
-) {
-    let Some(entry) = old.get(&key) else { return };
-    let n = entry.listing.subdirs.len();
-    let mut from = 0;
-    while from < n {
-        let to = (from + PIECE).min(n);
-        pieces.push((key.clone(), from, to));
+/// The pieces of folder `folder`'s sub-folders, [`PIECE`] at a time.
+fn add_pieces(tree: &Tree, pieces: &mut Vec<(usize, Range<usize>)>, folder: usize) {
+    let children = tree.children(folder);
+    let mut from = children.start;
+    while from < children.end {
+        let to = (from + PIECE).min(children.end);
+        pieces.push((folder, from..to));
         from = to;
-    }
-}
-
-impl WalkCache {
-    /// The cache for walks of `root` kept under Garuda's home `home` (`None`: no cache, every
-    /// folder is listed).
-    pub(crate) fn open(home: Option<&Path>, root: &Path) -> WalkCache {
-        let home = home.map(Path::to_path_buf);
-        let old: HashMap<Vec<u8>, Entry> = home
-            .as_deref()
-            .and_then(|h| read(h, &file_name(root), root))
-            .unwrap_or_default();
-        let stamps = stat_tree(root, &old);
-        WalkCache {
-            home,
-            root: root.to_path_buf(),
-            old,
-            stamps,
-            new: Vec::new(),
-            listed: 0,
-        }
-    }
-
-    /// Folders listed (not taken from the cache) so far.
-    #[cfg(test)]
-    pub(crate) fn listed(&self) -> usize {
-        self.listed
-    }
-
-    /// What the walk needs of the folder `dir` (under the root): from the cache when its entry
-    /// is believed (see the module documentation), else by listing it. `classify` turns an
-    /// entry's name into whether it is a `.env` entry.
-    pub(crate) fn list(
-        &mut self,
-        dir: &Path,
-        is_env: impl Fn(&OsStr) -> bool,
-    ) -> std::io::Result<Arc<Listing>> {
-        let key = cache_key(&self.root, dir).to_vec();
-        // Taken before the listing: an entry made after this instant changes the folder's
-        // times to at least this (less a clock tick, which the margin covers).
-        let listed_at = now_ns();
-        if let Some(old) = self.old.remove(&key) {
-            // A folder the cache does not know is not looked at twice: the listing below
-            // takes its stamp.
-            let stamp = match self.stamps.remove(&key) {
-                Some(stamp) => stamp,
-                None => Stamp::of(&fs::symlink_metadata(dir)?),
-            };
-            let still = stamp.latest_ns() + RACY_MARGIN.as_nanos() as i128 <= old.listed_at;
-            if old.stamp == stamp && still && stamp.latest_ns() <= listed_at {
-                let listing = Arc::clone(&old.listing);
-                self.new.push((key, old));
-                return Ok(listing);
-            }
-        }
-        let (stamp, listing) = list_folder(dir, &is_env)?;
-        let listing = Arc::new(listing);
-        self.listed += 1;
-        self.new.push((
-            key,
-            Entry {
-                stamp,
-                listed_at,
-                listing: Arc::clone(&listing),
-            },
-        ));
-        Ok(listing)
-    }
-
-    /// Writes the cache if a folder was listed (best effort: a cache that cannot be written
-    /// only makes the next walk list everything again).
-    pub(crate) fn save(self) {
-        let Some(home) = &self.home else { return };
-        if self.listed == 0 && self.old.is_empty() {
-            return;
-        }
-        let _ = write(home, &file_name(&self.root), &self.root, &self.new);
-    }
-}
-
-/// The cache's key of `dir`: its path below `root`, as bytes (empty for the root itself).
-/// The walk makes every folder's path by joining names to the root, so the bytes after the
-/// root's and a `/` are the key; comparing bytes costs a fraction of `Path::strip_prefix`'s
-/// walk over components (about 0.3 ms on the 20,000-file project). A path of another shape
-/// falls back to that walk.
-fn cache_key<'d>(root: &Path, dir: &'d Path) -> &'d [u8] {
-    let (root_bytes, dir_bytes) = (root.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
-    if dir_bytes == root_bytes {
-        return &[];
-    }
-    match dir_bytes.strip_prefix(root_bytes) {
-        Some([b'/', below @ ..])
-            if !root_bytes.ends_with(b"/") && below.split(|b| *b == b'/').all(plain_name) =>
-        {
-            below
-        }
-        _ => dir.strip_prefix(root).unwrap_or(dir).as_os_str().as_bytes(),
     }
 }
 
@@ -492,7 +903,6 @@ fn file_name(root: &Path) -> String {
     }
     format!("{hash:016x}")
 }
-
 /// The folder's stamp and what the walk takes from its entries, both from one descriptor,
 /// taken in that order (the stamp kept is never newer than what was listed). One descriptor,
 /// because the path is the project's, which a command running in another sandbox at the same
@@ -542,157 +952,158 @@ fn list_folder(dir: &Path, is_env: &impl Fn(&OsStr) -> bool) -> std::io::Result<
 }
 
 // ---------------------------------------------------------------------------------------------
-// The file: MAGIC, the root, then one record per folder. Integers little-endian; byte strings
-// as a u32 length and the bytes.
+// The file (the module documentation, "The file"). Integers little-endian.
 
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-    out.extend_from_slice(bytes);
-}
-
-fn put_names(out: &mut Vec<u8>, names: &[OsString]) {
-    out.extend_from_slice(&(names.len() as u32).to_le_bytes());
-    for name in names {
-        put_bytes(out, name.as_bytes());
-    }
-}
-
-fn encode(root: &Path, entries: &[(Vec<u8>, Entry)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + entries.len() * 96);
+/// The file for `root` holding `records` (breadth-first); `None` when a name or the file is too
+/// long for the format (nothing is written then, and every run lists every folder).
+fn encode(root: &Path, records: &[OutRecord<'_>]) -> Option<Vec<u8>> {
+    let root = root.as_os_str().as_bytes();
+    let mut strings = Vec::new();
+    let mut out = Vec::with_capacity(64 + root.len() + records.len() * (RECORD + 16));
     out.extend_from_slice(MAGIC);
-    put_bytes(&mut out, root.as_os_str().as_bytes());
-    out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-    for (key, entry) in entries {
-        put_bytes(&mut out, key);
-        let s = &entry.stamp;
-        for v in [s.dev, s.ino] {
-            out.extend_from_slice(&v.to_le_bytes());
+    out.extend_from_slice(&u32::try_from(root.len()).ok()?.to_le_bytes());
+    out.extend_from_slice(root);
+    out.extend_from_slice(&u32::try_from(records.len()).ok()?.to_le_bytes());
+    let strings_len_at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    for r in records {
+        let mut rec = [0u8; RECORD];
+        let s = &r.stamp;
+        rec[at::DEV..at::DEV + 8].copy_from_slice(&s.dev.to_le_bytes());
+        rec[at::INO..at::INO + 8].copy_from_slice(&s.ino.to_le_bytes());
+        rec[at::MTIME_S..at::MTIME_S + 8].copy_from_slice(&s.mtime.0.to_le_bytes());
+        rec[at::CTIME_S..at::CTIME_S + 8].copy_from_slice(&s.ctime.0.to_le_bytes());
+        let nanos = |n: i64| u32::try_from(n).ok().map(u32::to_le_bytes);
+        rec[at::MTIME_NS..at::MTIME_NS + 4].copy_from_slice(&nanos(s.mtime.1)?);
+        rec[at::CTIME_NS..at::CTIME_NS + 4].copy_from_slice(&nanos(s.ctime.1)?);
+        // A listing time past 2262 does not fit: stored as the earliest time, never "still".
+        let listed_at = i64::try_from(r.listed_at).unwrap_or(i64::MIN);
+        rec[at::LISTED_AT..at::LISTED_AT + 8].copy_from_slice(&listed_at.to_le_bytes());
+        let name_off = u32::try_from(strings.len()).ok()?;
+        strings.extend_from_slice(r.name);
+        let env_off = u32::try_from(strings.len()).ok()?;
+        for env in &r.env {
+            strings.extend_from_slice(&u16::try_from(env.len()).ok()?.to_le_bytes());
+            strings.extend_from_slice(env);
         }
-        for v in [s.mtime.0, s.mtime.1, s.ctime.0, s.ctime.1] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        out.extend_from_slice(&entry.listed_at.to_le_bytes());
-        let l = &entry.listing;
-        out.push(l.git.map_or(0, EntryKind::code));
-        out.push(u8::from(l.garuda));
-        put_names(&mut out, &l.env);
-        put_names(&mut out, &l.subdirs);
+        rec[at::NAME..at::NAME + 4].copy_from_slice(&name_off.to_le_bytes());
+        rec[at::ENV..at::ENV + 4].copy_from_slice(&env_off.to_le_bytes());
+        let children = u32::try_from(r.children).ok()?;
+        rec[at::CHILDREN..at::CHILDREN + 4].copy_from_slice(&children.to_le_bytes());
+        let env_count = u32::try_from(r.env.len()).ok()?;
+        rec[at::ENV_COUNT..at::ENV_COUNT + 4].copy_from_slice(&env_count.to_le_bytes());
+        let name_len = u16::try_from(r.name.len()).ok()?;
+        rec[at::NAME_LEN..at::NAME_LEN + 2].copy_from_slice(&name_len.to_le_bytes());
+        rec[at::GIT] = r.git.map_or(0, EntryKind::code);
+        rec[at::GARUDA] = u8::from(r.garuda);
+        out.extend_from_slice(&rec);
     }
-    out
+    let strings_len = u32::try_from(strings.len()).ok()?;
+    out[strings_len_at..strings_len_at + 4].copy_from_slice(&strings_len.to_le_bytes());
+    out.extend_from_slice(&strings);
+    Some(out)
 }
 
-struct Reader<'a> {
-    data: &'a [u8],
-}
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        if self.data.len() < n {
-            return None;
-        }
-        let (head, rest) = self.data.split_at(n);
-        self.data = rest;
-        Some(head)
-    }
-
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn i128(&mut self) -> Option<i128> {
-        Some(i128::from_le_bytes(self.take(16)?.try_into().ok()?))
-    }
-
-    fn bytes(&mut self) -> Option<Vec<u8>> {
-        let n = self.u32()? as usize;
-        self.take(n).map(<[u8]>::to_vec)
-    }
-
-    fn names(&mut self) -> Option<Vec<OsString>> {
-        let n = self.u32()? as usize;
-        // Each name takes at least its 4-byte length: a count the rest cannot hold is a bad
-        // file, not an allocation.
-        if n > self.data.len() / 4 {
-            return None;
-        }
-        (0..n)
-            .map(|_| {
-                let name = self.bytes()?;
-                plain_name(&name).then(|| OsString::from_vec(name))
-            })
-            .collect()
-    }
-}
-
-/// A name as a folder listing gives it: not empty, not `.` or `..`, without `/` or NUL. The
-/// walk joins cached names to the folder's path: `..`, `../x` or `/etc` there would take it
-/// out of the project, so a file holding such a name is not one Garuda wrote, and is ignored.
-fn plain_name(name: &[u8]) -> bool {
-    !matches!(name, b"" | b"." | b"..") && !name.iter().any(|b| matches!(b, b'/' | 0))
-}
-
-fn decode(data: &[u8], root: &Path) -> Option<HashMap<Vec<u8>, Entry>> {
-    let mut r = Reader { data };
-    if r.take(MAGIC.len())? != MAGIC || r.bytes()? != root.as_os_str().as_bytes() {
+/// The file `data`, checked, for walks of `root`; `None` when it is for another root or is
+/// not exactly what [`encode`] writes: every offset inside the file, the strings laid out in
+/// record order with nothing between or after them (so checking them is linear in the file),
+/// every name plain, no `.git` among the folders to walk, each folder's sub-folders strictly
+/// sorted, and the counts making exactly one tree.
+fn decode(data: Vec<u8>, root: &Path) -> Option<Tree> {
+    let root = root.as_os_str().as_bytes();
+    if data.get(..MAGIC.len())? != MAGIC {
         return None;
     }
-    let count = r.u32()? as usize;
-    if count > data.len() / 64 {
+    let root_at = MAGIC.len() + 4;
+    let root_len = u32_at(&data, MAGIC.len());
+    if data.get(root_at..root_at.checked_add(root_len)?)? != root {
         return None;
     }
-    let mut entries = HashMap::with_capacity(count);
-    for _ in 0..count {
-        let key = r.bytes()?;
-        let stamp = Stamp {
-            dev: r.u64()?,
-            ino: r.u64()?,
-            mtime: (r.i64()?, r.i64()?),
-            ctime: (r.i64()?, r.i64()?),
-        };
-        let listed_at = r.i128()?;
-        let git = match r.u8()? {
-            0 => None,
-            code => Some(EntryKind::from_code(code)?),
-        };
-        let garuda = match r.u8()? {
-            0 => false,
-            1 => true,
-            _ => return None,
-        };
-        let env = r.names()?;
-        let subdirs = r.names()?;
-        // `list_folder` never counts `.git` among the folders to walk: the walk must not enter
-        // one (it judges `.git` entries on their own).
-        if subdirs.iter().any(|name| name == ".git") {
+    let counts_at = root_at + root_len;
+    data.get(counts_at..counts_at + 8)?;
+    let count = u32_at(&data, counts_at);
+    let strings_len = u32_at(&data, counts_at + 4);
+    let records = counts_at + 8;
+    let strings = records.checked_add(count.checked_mul(RECORD)?)?;
+    if count == 0 || data.len() != strings.checked_add(strings_len)? {
+        return None;
+    }
+    let mut first_child = Vec::with_capacity(count);
+    let mut parent = Vec::with_capacity(count);
+    parent.push(0u32);
+    // The next record not yet any folder's sub-folder, and the next string byte not yet read.
+    let mut next = 1usize;
+    let mut cursor = 0usize;
+    let mut previous_name: &[u8] = &[];
+    for i in 0..count {
+        // Every record but the root's is a sub-folder of one before it.
+        if i > 0 && i >= next {
             return None;
         }
-        entries.insert(
-            key,
-            Entry {
-                stamp,
-                listed_at,
-                listing: Arc::new(Listing {
-                    env,
-                    git,
-                    garuda,
-                    subdirs,
-                }),
-            },
-        );
+        let r = data.get(records + i * RECORD..records + (i + 1) * RECORD)?;
+        let children = u32_at(r, at::CHILDREN);
+        first_child.push(u32::try_from(next).ok()?);
+        next = next.checked_add(children)?;
+        if next > count {
+            return None;
+        }
+        parent.extend(std::iter::repeat_n(u32::try_from(i).ok()?, children));
+        // The name, where the strings are up to.
+        let name_len = u16_at(r, at::NAME_LEN);
+        if u32_at(r, at::NAME) != cursor {
+            return None;
+        }
+        let name = data.get(strings + cursor..strings.checked_add(cursor + name_len)?)?;
+        cursor += name_len;
+        if i == 0 {
+            if !name.is_empty() {
+                return None;
+            }
+        } else {
+            if !plain_name(name) || name == b".git" {
+                return None;
+            }
+            if i > 1 && parent[i - 1] == parent[i] && previous_name >= name {
+                return None;
+            }
+        }
+        previous_name = name;
+        // The `.env` names, right after it.
+        if u32_at(r, at::ENV) != cursor {
+            return None;
+        }
+        for _ in 0..u32_at(r, at::ENV_COUNT) {
+            let len = u16_at(data.get(strings + cursor..)?, 0);
+            let env = data.get(strings + cursor + 2..strings.checked_add(cursor + 2 + len)?)?;
+            if !plain_name(env) {
+                return None;
+            }
+            cursor += 2 + len;
+        }
+        match r[at::GIT] {
+            0 => {}
+            code => {
+                EntryKind::from_code(code)?;
+            }
+        }
+        if r[at::GARUDA] > 1 || u32_at(r, at::MTIME_NS) >= 1_000_000_000 {
+            return None;
+        }
+        if u32_at(r, at::CTIME_NS) >= 1_000_000_000 {
+            return None;
+        }
     }
-    r.data.is_empty().then_some(entries)
+    if next != count || cursor != strings_len {
+        return None;
+    }
+    Some(Tree {
+        data,
+        records,
+        strings,
+        count,
+        first_child,
+        parent,
+    })
 }
 
 /// The folder `cache/walk` under Garuda's home, opened one component at a time without
@@ -711,7 +1122,7 @@ fn cache_folder(home: &Path, create: bool) -> Option<OwnedFd> {
     Some(dir)
 }
 
-fn read(home: &Path, name: &str, root: &Path) -> Option<HashMap<Vec<u8>, Entry>> {
+fn read(home: &Path, name: &str, root: &Path) -> Option<Tree> {
     let dir = cache_folder(home, false)?;
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let mut f = fs::File::from(rustix::fs::openat(&dir, name, flags, Mode::empty()).ok()?);
@@ -725,15 +1136,10 @@ fn read(home: &Path, name: &str, root: &Path) -> Option<HashMap<Vec<u8>, Entry>>
     }
     let mut data = Vec::with_capacity(meta.len() as usize);
     f.read_to_end(&mut data).ok()?;
-    decode(&data, root)
+    decode(data, root)
 }
 
-fn write(
-    home: &Path,
-    name: &str,
-    root: &Path,
-    entries: &[(Vec<u8>, Entry)],
-) -> std::io::Result<()> {
+fn write(home: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let dir = cache_folder(home, true)
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
     let tmp = format!(".{name}.{}.tmp", std::process::id());
@@ -744,7 +1150,7 @@ fn write(
         flags,
         Mode::from_raw_mode(0o600),
     )?);
-    let written = f.write_all(&encode(root, entries)).and_then(|()| {
+    let written = f.write_all(bytes).and_then(|()| {
         rustix::fs::renameat(&dir, tmp.as_str(), &dir, name).map_err(std::io::Error::from)
     });
     if written.is_err() {
@@ -757,20 +1163,11 @@ fn write(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use std::os::unix::ffi::OsStringExt;
+    use std::path::PathBuf;
 
     fn is_env(name: &OsStr) -> bool {
         name.as_bytes().starts_with(b".env")
-    }
-
-    /// Sets a folder's times into the past, so that its listing is believed next time
-    /// (without waiting out the racy margin). The change time cannot be set: the test makes
-    /// the cache's own listing time later instead.
-    fn age(home: &Path, root: &Path) {
-        plant(home, root, |entries| {
-            for e in entries.values_mut() {
-                e.listed_at += 10 * 1_000_000_000;
-            }
-        });
     }
 
     /// A cache folder (a stand-in for Garuda's home) and a project root (canonical).
@@ -791,56 +1188,138 @@ mod tests {
         }
     }
 
-    /// The cache file's entries for `root`, changed by `change`, written back.
-    fn plant(home: &Path, root: &Path, change: impl Fn(&mut HashMap<Vec<u8>, Entry>)) {
-        let mut entries = read(home, &file_name(root), root).unwrap();
-        change(&mut entries);
-        let entries: Vec<_> = entries.into_iter().collect();
-        write(home, &file_name(root), root, &entries).unwrap();
+    /// A whole walk: what it showed of each folder, in its order, and how many it listed.
+    fn walk(cache_dir: &Path, root: &Path) -> (Vec<Listing>, usize) {
+        let mut out = Vec::new();
+        let walked = super::walk(
+            Some(cache_dir),
+            root,
+            is_env,
+            |_, e| e,
+            |_, folder| {
+                out.push(Listing {
+                    env: folder.env().map(OsStr::to_os_string).collect(),
+                    git: folder.git,
+                    garuda: folder.garuda,
+                    subdirs: folder.subdirs(),
+                });
+                Ok(())
+            },
+        )
+        .unwrap();
+        (out, walked.listed)
     }
 
-    fn walk(cache_dir: &Path, root: &Path) -> (Vec<Listing>, usize) {
-        let mut cache = WalkCache::open(Some(cache_dir), root);
-        let mut pending = vec![root.to_path_buf()];
-        let mut out = Vec::new();
-        while let Some(dir) = pending.pop() {
-            let l = cache.list(&dir, is_env).unwrap();
-            pending.extend(l.subdirs.iter().map(|s| dir.join(s)));
-            out.push((*l).clone());
-        }
-        let listed = cache.listed();
-        cache.save();
-        (out, listed)
+    /// A record of the file, owned, to change and write back.
+    #[derive(Debug, Clone)]
+    struct Owned {
+        name: Vec<u8>,
+        stamp: Stamp,
+        listed_at: i128,
+        git: Option<EntryKind>,
+        garuda: bool,
+        env: Vec<Vec<u8>>,
+        children: usize,
+    }
+
+    fn records(home: &Path, root: &Path) -> Vec<Owned> {
+        let tree = read(home, &file_name(root), root).unwrap();
+        (0..tree.count)
+            .map(|i| Owned {
+                name: tree.name(i).to_vec(),
+                stamp: tree.stamp(i),
+                listed_at: tree.listed_at(i),
+                git: tree.git(i),
+                garuda: tree.garuda(i),
+                env: tree.env(i).map(<[u8]>::to_vec).collect(),
+                children: tree.children(i).len(),
+            })
+            .collect()
+    }
+
+    fn encode_owned(root: &Path, records: &[Owned]) -> Vec<u8> {
+        let out: Vec<OutRecord<'_>> = records
+            .iter()
+            .map(|r| OutRecord {
+                name: &r.name,
+                stamp: r.stamp,
+                listed_at: r.listed_at,
+                git: r.git,
+                garuda: r.garuda,
+                env: r.env.iter().map(Vec::as_slice).collect(),
+                children: r.children,
+            })
+            .collect();
+        encode(root, &out).unwrap()
+    }
+
+    /// The cache file's records for `root`, changed by `change`, written back (not checked:
+    /// `change` may make a file `read` refuses).
+    fn plant(home: &Path, root: &Path, change: impl FnOnce(&mut Vec<Owned>)) {
+        let mut all = records(home, root);
+        change(&mut all);
+        write(home, &file_name(root), &encode_owned(root, &all)).unwrap();
+    }
+
+    /// Sets the listing times ten seconds later, so that the folders' listings are believed
+    /// next time (without waiting out the racy margin; a change time cannot be set back).
+    fn age(home: &Path, root: &Path) {
+        plant(home, root, |all| {
+            for r in all {
+                r.listed_at += 10 * 1_000_000_000;
+            }
+        });
+    }
+
+    /// Adds a sub-folder record called `name` to the root, where sorting puts it.
+    fn add_root_child(all: &mut Vec<Owned>, name: &[u8]) {
+        let children = 1..1 + all[0].children;
+        let at = children
+            .clone()
+            .find(|i| all[*i].name.as_slice() > name)
+            .unwrap_or(children.end);
+        let mut planted = all[0].clone();
+        planted.name = name.to_vec();
+        planted.children = 0;
+        planted.env.clear();
+        all.insert(at, planted);
+        all[0].children += 1;
     }
 
     #[test]
     fn an_unchanged_tree_is_taken_from_the_cache_and_a_new_secret_is_seen() {
         let Scene { cache, root, .. } = &scene();
-        fs::create_dir_all(root.join("a/b")).unwrap();
+        fs::create_dir_all(root.join("a/b/c")).unwrap();
         fs::write(root.join("a/.env"), "K=v").unwrap();
         let (first, listed) = walk(cache.path(), root);
-        assert_eq!(listed, 3);
+        assert_eq!(listed, 4);
         // Just listed: still racy, so listed again.
         let (_, listed) = walk(cache.path(), root);
-        assert_eq!(listed, 3, "racily clean folders are listed again");
+        assert_eq!(listed, 4, "racily clean folders are listed again");
         age(cache.path(), root);
         let (second, listed) = walk(cache.path(), root);
         assert_eq!(listed, 0, "an aged, unchanged tree is read from the cache");
         assert_eq!(first, second);
-        // A secret created since: its folder's times changed, so it is listed again.
+        // A secret created since: its folder's times changed, so it is listed again; the
+        // folders below it, unchanged, are still believed.
         fs::write(root.join("a/b/.env.local"), "K=v").unwrap();
         let (third, listed) = walk(cache.path(), root);
         assert_eq!(listed, 1);
         assert!(third
             .iter()
             .any(|l| l.env == vec![OsString::from(".env.local")]));
+        assert_eq!(third.len(), 4, "{third:?}");
+        // The file written after that walk: the same four folders, the new secret with them.
+        age(cache.path(), root);
+        let (fourth, listed) = walk(cache.path(), root);
+        assert_eq!((fourth, listed), (third, 0));
     }
 
     /// A tree large enough for two threads, with a folder of more sub-folders than one piece
-    /// holds: every folder gets the stamp a plain `lstat` gives, none is lost between the
-    /// threads (a stamp missing would make the walk list that folder again), and a secret
-    /// made deep in it is still seen. (Which thread looks at which piece is the scheduler's
-    /// choice; the stop rule is tested on its own below.)
+    /// holds: every folder's stamp in the file is what a plain `lstat` gives, every folder is
+    /// believed (a folder missed between the threads would be listed again), and a secret made
+    /// deep in it is still seen. (Which thread looks at which piece is the scheduler's choice;
+    /// the stop rule is tested on its own below.)
     #[test]
     fn a_large_tree_is_looked_at_by_two_threads_alike() {
         let Scene { cache, root, .. } = &scene();
@@ -854,47 +1333,21 @@ mod tests {
         fs::create_dir_all(root.join("other/z")).unwrap();
         walk(cache.path(), root);
         age(cache.path(), root);
-        let old = read(cache.path(), &file_name(root), root).unwrap();
-        assert!(old.len() >= SHARED_FROM_FOLDERS, "{} folders", old.len());
-        let stamps = stat_tree(root, &old);
-        assert_eq!(stamps.len(), old.len());
-        for key in old.keys() {
-            let meta = fs::symlink_metadata(root.join(OsStr::from_bytes(key))).unwrap();
-            assert_eq!(stamps.get(key), Some(&Stamp::of(&meta)), "{key:?}");
+        let tree = read(cache.path(), &file_name(root), root).unwrap();
+        assert!(tree.count >= SHARED_FROM_FOLDERS, "{} folders", tree.count);
+        for i in 0..tree.count {
+            let path = PathBuf::from(OsString::from_vec(tree.path(root, i)));
+            let meta = fs::symlink_metadata(&path).unwrap();
+            assert_eq!(tree.stamp(i), Stamp::of(&meta), "{path:?}");
         }
+        let believed = check_tree(root, &tree);
+        assert!(believed.iter().all(|b| *b), "{believed:?}");
         let (_, listed) = walk(cache.path(), root);
         assert_eq!(listed, 0, "an aged, unchanged tree is read from the cache");
         fs::write(root.join("wide/f250/x/y/.env"), "K=v").unwrap();
         let (after, listed) = walk(cache.path(), root);
         assert_eq!(listed, 1);
         assert!(after.iter().any(|l| l.env == vec![OsString::from(".env")]));
-    }
-
-    /// The key of a folder is what `Path::strip_prefix` gives, for the paths the walk makes and
-    /// for others.
-    #[test]
-    fn a_folder_key_is_its_path_below_the_root() {
-        let cases: &[(&str, &str)] = &[
-            ("/p", "/p"),
-            ("/p", "/p/a"),
-            ("/p", "/p/a/b c/.d"),
-            ("/p", "/pa/b"),
-            ("/p/", "/p/a"),
-            ("/", "/a/b"),
-            ("/p", "/p//a"),
-            ("/p", "/p/a//b"),
-            ("/p", "/p/a/"),
-            ("/p", "/p/./a"),
-            ("/p", "/p/a/./b"),
-            ("/p", "/p/a/."),
-            ("/p", "/p/a/../b"),
-            ("/p", "/q/a"),
-        ];
-        for (root, dir) in cases {
-            let (root, dir) = (Path::new(root), Path::new(dir));
-            let slow = dir.strip_prefix(root).unwrap_or(dir).as_os_str().as_bytes();
-            assert_eq!(cache_key(root, dir), slow, "{root:?} {dir:?}");
-        }
     }
 
     /// The threads' stop rule: a thread with no piece left waits while another is still at
@@ -906,15 +1359,16 @@ mod tests {
             fs::create_dir_all(root.join(format!("a/f{i:03}/x"))).unwrap();
         }
         walk(cache.path(), root);
-        let old = read(cache.path(), &file_name(root), root).unwrap();
-        let work = TreeWork::new(&old);
+        age(cache.path(), root);
+        let tree = read(cache.path(), &file_name(root), root).unwrap();
+        let work = TreeWork::new(&tree, now_ns());
         // This thread holds the only piece there is at first: the root's sub-folders.
-        let (key, from, to) = work.take().unwrap();
-        assert!(key.is_empty());
-        let mut mine = HashMap::new();
+        let (folder, range) = work.take().unwrap();
+        assert_eq!(folder, 0);
+        let mut mine = Vec::new();
         std::thread::scope(|s| {
             let other = s.spawn(|| {
-                let mut theirs = HashMap::new();
+                let mut theirs = Vec::new();
                 work.run(root, &mut theirs);
                 theirs
             });
@@ -923,12 +1377,15 @@ mod tests {
                 !other.is_finished(),
                 "the other thread stopped while a piece was still out"
             );
-            let found = work.look(root, &key, from, to, &mut mine);
+            let found = work.look(root, folder, range, &mut mine);
             work.finish(found);
             let theirs = other.join().unwrap();
-            assert_eq!(mine.keys().collect::<Vec<_>>(), vec![&b"a".to_vec()]);
-            assert_eq!(theirs.len(), old.len() - 2, "all but the root and `a`");
-            assert!(theirs.contains_key(b"a/f000/x".as_slice()));
+            assert_eq!(mine, [1], "`a`, the root's only sub-folder");
+            assert_eq!(theirs.len(), tree.count - 2, "all but the root and `a`");
+            let deep = root.join("a/f000/x");
+            assert!(theirs
+                .iter()
+                .any(|i| tree.path(root, *i as usize) == deep.as_os_str().as_bytes()));
         });
     }
 
@@ -952,30 +1409,70 @@ mod tests {
     #[test]
     fn a_cache_for_another_root_or_a_bad_file_is_ignored() {
         let Scene { cache, root, .. } = &scene();
+        fs::create_dir_all(root.join("a")).unwrap();
+        fs::write(root.join("a/.env"), "").unwrap();
         walk(cache.path(), root);
         age(cache.path(), root);
         let file = cache.path().join("cache/walk").join(file_name(root));
         let good = fs::read(&file).unwrap();
-        assert!(decode(&good, root).is_some());
-        assert!(decode(&good, Path::new("/elsewhere")).is_none());
+        assert!(decode(good.clone(), root).is_some());
+        assert!(decode(good.clone(), Path::new("/elsewhere")).is_none());
         for cut in 0..good.len() {
-            assert!(decode(&good[..cut], root).is_none(), "cut at {cut}");
+            assert!(decode(good[..cut].to_vec(), root).is_none(), "cut at {cut}");
         }
         let mut longer = good.clone();
         longer.push(0);
-        assert!(decode(&longer, root).is_none());
-        // Counts the rest of the file cannot hold are refused before anything is allocated:
-        // the number of folders (after the root), and the last list of names (the file's last
-        // four bytes: the one folder's sub-folders).
+        assert!(decode(longer, root).is_none());
+        // Counts and lengths the file cannot hold are refused: the number of folders, the
+        // strings' length, and in the second record (`a`) its sub-folders, its `.env` names
+        // and its name's length.
         let count_at = MAGIC.len() + 4 + root.as_os_str().len();
-        for at in [count_at, good.len() - 4] {
-            let mut huge = good.clone();
-            huge[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
-            assert!(decode(&huge, root).is_none(), "count at {at}");
+        let a = count_at + 8 + RECORD;
+        for (at, width) in [
+            (count_at, 4),
+            (count_at + 4, 4),
+            (a + at::CHILDREN, 4),
+            (a + at::ENV_COUNT, 4),
+            (a + at::NAME_LEN, 2),
+            (a + at::NAME, 4),
+            (a + at::ENV, 4),
+        ] {
+            for value in [u32::MAX, 9] {
+                let mut bad = good.clone();
+                bad[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
+                assert!(decode(bad, root).is_none(), "{value} at {at}");
+            }
         }
         fs::write(&file, b"not a cache").unwrap();
         let (_, listed) = walk(cache.path(), root);
-        assert_eq!(listed, 1);
+        assert_eq!(listed, 2);
+    }
+
+    /// Sub-folders out of order or named twice: the binary search that finds a changed
+    /// folder's sub-folders again would miss one, so the file is refused.
+    #[test]
+    fn sub_folders_out_of_order_are_refused() {
+        let Scene { cache, root, .. } = &scene();
+        fs::create_dir_all(root.join("a")).unwrap();
+        fs::create_dir_all(root.join("b")).unwrap();
+        walk(cache.path(), root);
+        age(cache.path(), root);
+        let all = records(cache.path(), root);
+        assert_eq!(all[1].name, b"a");
+        assert!(decode(encode_owned(root, &all), root).is_some(), "control");
+        let mut swapped = all.clone();
+        swapped.swap(1, 2);
+        assert!(decode(encode_owned(root, &swapped), root).is_none());
+        let mut twice = all.clone();
+        twice[2].name = b"a".to_vec();
+        assert!(decode(encode_owned(root, &twice), root).is_none());
+        // More sub-folders counted than records follow, and a record that is no folder's.
+        let mut more = all.clone();
+        more[0].children = 3;
+        assert!(decode(encode_owned(root, &more), root).is_none());
+        let mut orphan = all;
+        orphan[0].children = 1;
+        assert!(decode(encode_owned(root, &orphan), root).is_none());
     }
 
     #[test]
@@ -1026,15 +1523,9 @@ mod tests {
             ("env", b"../outside/.env"),
         ];
         for (field, name) in hostile {
-            plant(&cache, &root, |entries| {
-                let top = entries.get_mut(&Vec::new()).unwrap();
-                let mut listing = (*top.listing).clone();
-                let name = OsString::from_vec(name.to_vec());
-                match field {
-                    "subdir" => listing.subdirs.push(name),
-                    _ => listing.env.push(name),
-                }
-                top.listing = Arc::new(listing);
+            plant(&cache, &root, |all| match field {
+                "subdir" => add_root_child(all, name),
+                _ => all[0].env.push(name.to_vec()),
             });
             assert!(
                 read(&cache, &file_name(&root), &root).is_none(),
@@ -1047,16 +1538,14 @@ mod tests {
             age(&cache, &root);
         }
         // Negative control: the same planting with a plain name is believed (the planted
-        // entry keeps the folder's real stamp), so only the name check refuses the ones above.
-        plant(&cache, &root, |entries| {
-            let top = entries.get_mut(&Vec::new()).unwrap();
-            let mut listing = (*top.listing).clone();
-            listing.env.push(".env.planted".into());
-            top.listing = Arc::new(listing);
+        // record keeps the folder's real stamp), so only the name check refuses the ones above.
+        plant(&cache, &root, |all| {
+            all[0].env.push(b".env.planted".to_vec())
         });
         let (listings, listed) = walk(&cache, &root);
         assert_eq!(listed, 0);
         assert_eq!(listings[0].env, [OsString::from(".env.planted")]);
+        assert_eq!(listings[0].subdirs, [OsString::from("inside")]);
     }
 
     /// A folder swapped for a link after its parent was listed (a command in another sandbox of
@@ -1067,13 +1556,27 @@ mod tests {
         fs::create_dir_all(root.join("a")).unwrap();
         fs::create_dir_all(root.join("decoy")).unwrap();
         fs::write(root.join("decoy/listed-through-the-link"), "").unwrap();
-        let mut walk_cache = WalkCache::open(Some(cache.path()), root);
-        let top = walk_cache.list(root, is_env).unwrap();
-        assert!(top.subdirs.contains(&OsString::from("a")));
-        fs::remove_dir(root.join("a")).unwrap();
-        std::os::unix::fs::symlink("decoy", root.join("a")).unwrap();
-        let refused = walk_cache.list(&root.join("a"), is_env).unwrap_err();
+        let mut listed_through = false;
+        let refused = super::walk(
+            Some(cache.path()),
+            root,
+            is_env,
+            |_, e| e,
+            |dir, folder| {
+                if dir == root.as_path() {
+                    // The root was listed: now `a` becomes a link before the walk reaches it.
+                    assert!(folder.subdirs().contains(&OsString::from("a")));
+                    fs::remove_dir(root.join("a")).unwrap();
+                    std::os::unix::fs::symlink("decoy", root.join("a")).unwrap();
+                } else if dir == root.join("a") {
+                    listed_through = true;
+                }
+                Ok(())
+            },
+        )
+        .unwrap_err();
         assert_eq!(refused.raw_os_error(), Some(libc::ENOTDIR), "{refused}");
+        assert!(!listed_through);
         // Negative control: listing by path, as the walk did before, goes through the link.
         let through: Vec<_> = fs::read_dir(root.join("a"))
             .unwrap()
@@ -1125,9 +1628,9 @@ mod tests {
         walk(cache.path(), root);
         // Listed two hours "later": without the future check the hour-ahead folder would count
         // as still, and be believed.
-        plant(cache.path(), root, |entries| {
-            for e in entries.values_mut() {
-                e.listed_at += 2 * 3600 * 1_000_000_000;
+        plant(cache.path(), root, |all| {
+            for r in all {
+                r.listed_at += 2 * 3600 * 1_000_000_000;
             }
         });
         let (_, listed) = walk(cache.path(), root);

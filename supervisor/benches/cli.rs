@@ -21,8 +21,14 @@
 //!   executor builds for this project (prepared once, in this process) — the baseline of the
 //!   bubblewrap executor;
 //! - `garuda bubblewrap`: `garuda sandbox --executor bubblewrap -- /bin/true`;
+//! - `garuda landlock, empty project` (with `--files`): the same run in a fresh `git init`
+//!   beside the big project, with the same home — the baseline of the big project's cost;
 //! - `garuda staged` (with `--staged`): `garuda sandbox --executor landlock --staged --discard
 //!   -- /bin/true`.
+//!
+//! Below each table, the median of the differences run by run (each round runs every variant
+//! once, back to back) for each variant and its baseline: steadier than the difference of the
+//! medians above it.
 //!
 //! Every run uses a fresh `GARUDA_HOME` made for this benchmark and a project under `$HOME`.
 //! Figures are milliseconds of wall time from spawn to exit, median and p90. The in-process
@@ -155,6 +161,12 @@ fn main() {
     let home = std::env::var_os("HOME").expect("HOME");
     let dir = tempfile::tempdir_in(&home).expect("tempdir under HOME");
     let project = make_project(dir.path(), o.files);
+    // With `--files`, an empty project too (a fresh `git init`), to pair the big one against.
+    let empty_project = if o.files > 0 {
+        make_project(&dir.path().join("empty"), 0)
+    } else {
+        project.clone()
+    };
     let garuda_home = dir.path().join("garuda-home");
     std::fs::create_dir_all(&garuda_home).unwrap();
 
@@ -288,6 +300,22 @@ fn main() {
                 times: Vec::new(),
             });
         }
+        if o.files > 0 && landlock_ok {
+            // The same run in an empty project beside this one, same home: the issue's "direct
+            // on the 20,000-file project ≤ direct on an empty project + 2 ms", paired.
+            let (p, g) = (empty_project.clone(), garuda_home.clone());
+            variants.push(Variant {
+                name: "garuda landlock, empty project",
+                baseline: Some("true"),
+                run: Box::new(move || {
+                    run_ok(
+                        &mut garuda_cmd(&p, &g, &["--executor", "landlock"]),
+                        "landlock in the empty project",
+                    )
+                }),
+                times: Vec::new(),
+            });
+        }
         if o.staged && landlock_ok {
             let (p, g) = (project.clone(), garuda_home.clone());
             variants.push(Variant {
@@ -336,6 +364,36 @@ fn main() {
         );
         println!("| variant | median | p90 | over baseline |");
         println!("|---|---|---|---|");
+        // Differences run by run (each round runs every variant once, back to back), before
+        // the times are sorted: the same machine state on both sides of each difference.
+        let mut pairs: Vec<(&str, &str)> = variants
+            .iter()
+            .filter_map(|v| v.baseline.map(|b| (v.name, b)))
+            .collect();
+        if variants
+            .iter()
+            .any(|v| v.name == "garuda landlock, empty project")
+        {
+            pairs.push(("garuda landlock", "garuda landlock, empty project"));
+        }
+        let paired: Vec<String> = pairs
+            .iter()
+            .filter_map(|(a, b)| {
+                let times = |n: &str| variants.iter().find(|v| v.name == n).map(|v| &v.times);
+                let (ta, tb) = (times(a)?, times(b)?);
+                let mut d: Vec<f64> = ta
+                    .iter()
+                    .zip(tb)
+                    .map(|(x, y)| (x.as_secs_f64() - y.as_secs_f64()) * 1000.0)
+                    .collect();
+                d.sort_by(f64::total_cmp);
+                Some(format!(
+                    "- {a} − {b}: {:+.2} ms (median of {} paired differences)",
+                    d[d.len() / 2],
+                    d.len()
+                ))
+            })
+            .collect();
         let medians: Vec<(&str, f64)> = variants
             .iter_mut()
             .map(|v| (v.name, median_p90(&mut v.times).0))
@@ -348,6 +406,10 @@ fn main() {
                 .map(|(b, bm)| format!("{:+.2} over {b}", m - bm))
                 .unwrap_or_else(|| "—".into());
             println!("| {} | {m:.2} | {p:.2} | {over} |", v.name);
+        }
+        println!();
+        for line in paired {
+            println!("{line}");
         }
     }
 }

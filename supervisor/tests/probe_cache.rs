@@ -433,9 +433,16 @@ fn runs_writing_the_cache_at_once_leave_one_whole_file() {
         );
         let root = w.project.canonicalize().unwrap();
         let root = root.as_os_str().as_encoded_bytes();
-        assert!(bytes.starts_with(b"GRDWALK1"), "{x}");
+        assert!(bytes.starts_with(b"GRDWALK2"), "{x}");
         assert_eq!(&bytes[8..12], (root.len() as u32).to_le_bytes(), "{x}");
         assert_eq!(&bytes[12..12 + root.len()], root, "{x}");
+        // Then the number of folders, the strings' length, a record of 68 bytes per folder
+        // and the strings: nothing cut, nothing after.
+        let at = 12 + root.len();
+        let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) as usize;
+        let (folders, strings) = (word(at), word(at + 4));
+        assert!(folders >= 2, "{x}: the project and its .garuda, {folders}");
+        assert_eq!(bytes.len(), at + 8 + folders * 68 + strings, "{x}");
     }
 }
 
