@@ -997,7 +997,7 @@ impl SessionWriter {
             self.sync()?;
         }
         if self.checkpoints {
-            let (name, sync) = match &mut self.journal {
+            let (name, sync, lane) = match &mut self.journal {
                 // A session's first checkpoint replaces an older session's: if it were lost
                 // (power loss), the older one names fewer lines than the journal holds, which
                 // is no contradiction. A later one replaces this session's own earlier one,
@@ -1006,11 +1006,21 @@ impl SessionWriter {
                 Some(j) => {
                     let first = !j.published && j.ckpt_existed;
                     j.published = true;
-                    (journal::lane_ckpt_file_name(j.lane), self.fsync && !first)
+                    (
+                        journal::lane_ckpt_file_name(j.lane),
+                        self.fsync && !first,
+                        true,
+                    )
                 }
-                None => (ckpt_file_name(&self.id), self.fsync),
+                None => (ckpt_file_name(&self.id), self.fsync, false),
             };
-            fsx::write_atomic(&self.dir, &name, note.as_bytes(), sync, self.uid)?;
+            if lane {
+                // Replaced at every close of the lane: two inodes take turns, so that no
+                // close frees a block (`replace_reusing_inodes`).
+                fsx::replace_reusing_inodes(&self.dir, &name, note.as_bytes(), sync, self.uid)?;
+            } else {
+                fsx::write_atomic(&self.dir, &name, note.as_bytes(), sync, self.uid)?;
+            }
         }
         if let Some(w) = self.witness.clone() {
             self.submit(&w, &note, size)?;
