@@ -264,13 +264,16 @@ pub(crate) fn write_atomic(
 /// checkpoint's inode reused").
 ///
 /// Two inodes take turns. The new content goes into `.NAME.spare` (the checkpoint before
-/// last): written in place when it has the same length (a checkpoint's length changes only
-/// when its line count gains a digit), else into a fresh file. The current `NAME` gets a
+/// last): written in place when the caller allows it (`in_place`), it has the same length (a
+/// checkpoint's length changes only when its line count gains a digit) and has settled, else
+/// into a fresh file. The current `NAME` gets a
 /// second name, `.NAME.keep`, before the spare is renamed over it, so the rename drops one of
 /// its two names and frees nothing; then `.NAME.keep` becomes the next spare.
 ///
-/// Readers of `NAME` see the old content or the new, never a mix: the spare is written before
-/// it takes the name. After a power loss (with `sync` off) `NAME` holds the new content, the
+/// Readers of `NAME` see the old content or the new: the spare is written before it takes the
+/// name, and only once it has been the spare for [`SPARE_SETTLED`], so that a reader that opened
+/// it while it was `NAME` has read it (verify also re-reads a checkpoint whose times changed
+/// while it read it). After a power loss (with `sync` off) `NAME` holds the new content, the
 /// old, or the one before the old (the rename kept, the in-place write lost: that block's
 /// first sector holds the whole file, old or new), each a whole checkpoint. A leftover
 /// `.NAME.keep` (a crash between the renames) is dropped and made again; a spare that is not
@@ -280,19 +283,25 @@ pub(crate) fn replace_reusing_inodes(
     name: &str,
     bytes: &[u8],
     sync: bool,
+    in_place: bool,
     uid: u32,
 ) -> Result<(), AuditError> {
     let target = dir.join(name);
     let spare = dir.join(format!(".{name}.spare"));
     let keep = dir.join(format!(".{name}.keep"));
+    // Non-blocking: a FIFO planted there must not hold the close (it is refused below).
     let reusable = OpenOptions::new()
         .write(true)
-        .custom_flags(nofollow())
+        .custom_flags(nofollow() | libc::O_NONBLOCK)
         .open(&spare)
         .ok()
+        .filter(|_| in_place)
         .filter(|f| {
             f.metadata().is_ok_and(|m| {
-                to_error(&spare, &m, false, uid).is_ok() && m.len() == bytes.len() as u64
+                to_error(&spare, &m, false, uid).is_ok()
+                    && m.nlink() == 1
+                    && m.len() == bytes.len() as u64
+                    && settled(&m)
             })
         });
     let file = match reusable {
@@ -312,26 +321,47 @@ pub(crate) fn replace_reusing_inodes(
         file.sync_all().map_err(|e| AuditError::io(&spare, e))?;
     }
     drop(file);
-    // The checkpoint being replaced keeps a name: the rename below then frees nothing.
+    // The checkpoint being replaced keeps a name: the rename below then frees nothing. Where
+    // no second name can be made (the first checkpoint; a filesystem without hard links), the
+    // rename alone replaces it, as `write_atomic` does.
     let kept = match fs::hard_link(&target, &keep) {
         Ok(()) => true,
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             fs::remove_file(&keep).map_err(|e| AuditError::io(&keep, e))?;
-            fs::hard_link(&target, &keep).map_err(|e| AuditError::io(&keep, e))?;
-            true
+            fs::hard_link(&target, &keep).is_ok()
         }
-        // The first checkpoint: nothing to keep.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-        Err(e) => return Err(AuditError::io(&keep, e)),
+        Err(_) => false,
     };
     fs::rename(&spare, &target).map_err(|e| AuditError::io(&target, e))?;
     if kept {
-        fs::rename(&keep, &spare).map_err(|e| AuditError::io(&spare, e))?;
+        // The new checkpoint is in place: a spare that cannot be named only makes the next
+        // replacement write a fresh file.
+        let _ = fs::rename(&keep, &spare);
     }
     if sync {
         fsync_dir(dir)?;
     }
     Ok(())
+}
+
+/// How long a checkpoint must have been the spare before it is written in place: a reader
+/// that opened it while it was still the checkpoint reads it at once (verify also re-reads a
+/// checkpoint that changed under it, `verify::read_settled`). Two replacements by one session
+/// (microseconds apart when a close after an idle spell publishes twice) do not rely on this:
+/// the caller asks for a fresh file for all but a session's first (`in_place`).
+const SPARE_SETTLED: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Whether the file's last change (its rename to the spare's name) is at least
+/// [`SPARE_SETTLED`] old.
+fn settled(meta: &Metadata) -> bool {
+    let changed = std::time::UNIX_EPOCH
+        + std::time::Duration::new(
+            u64::try_from(meta.ctime()).unwrap_or(0),
+            u32::try_from(meta.ctime_nsec()).unwrap_or(0),
+        );
+    std::time::SystemTime::now()
+        .duration_since(changed)
+        .is_ok_and(|age| age >= SPARE_SETTLED)
 }
 
 /// `n` bytes from the kernel's random source.
@@ -373,8 +403,17 @@ mod tests {
         let target = dir.path().join("journal.ckpt");
         let mut reused = std::collections::BTreeSet::new();
         for i in 0..6 {
-            replace_reusing_inodes(dir.path(), "journal.ckpt", &note(i), i % 2 == 0, uid())
-                .unwrap();
+            // One close after another, as runs are: each spare has settled.
+            std::thread::sleep(SPARE_SETTLED + std::time::Duration::from_millis(5));
+            replace_reusing_inodes(
+                dir.path(),
+                "journal.ckpt",
+                &note(i),
+                i % 2 == 0,
+                true,
+                uid(),
+            )
+            .unwrap();
             assert_eq!(fs::read(&target).unwrap(), note(i));
             let meta = fs::metadata(&target).unwrap();
             assert_eq!(meta.nlink(), 1, "no second name left on the checkpoint");
@@ -395,19 +434,88 @@ mod tests {
         assert_eq!(fresh.len(), 6, "control: a new inode per replacement");
     }
 
+    /// A checkpoint that was replaced a moment ago (a reader may still be reading it) is not
+    /// written in place: two replacements in a row leave it as it was. A FIFO at the spare does
+    /// not hold the replacement, and a spare with a second name is not written through it.
+    #[test]
+    fn a_spare_just_replaced_a_fifo_or_a_second_name_is_not_written_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("journal.ckpt");
+        let spare = dir.path().join(".journal.ckpt.spare");
+        replace_reusing_inodes(dir.path(), "journal.ckpt", &note(1), false, true, uid()).unwrap();
+        replace_reusing_inodes(dir.path(), "journal.ckpt", &note(2), false, true, uid()).unwrap();
+        // `note(1)`'s inode is the spare now, replaced a moment ago: a reader holding it open
+        // still reads `note(1)` after the next replacement.
+        let mut held = File::open(&spare).unwrap();
+        replace_reusing_inodes(dir.path(), "journal.ckpt", &note(3), false, true, uid()).unwrap();
+        let mut seen = Vec::new();
+        held.read_to_end(&mut seen).unwrap();
+        assert_eq!(seen, note(1), "written in place under a reader");
+        assert_eq!(fs::read(&target).unwrap(), note(3));
+        // Control: once settled, the spare is reused in place.
+        std::thread::sleep(SPARE_SETTLED + std::time::Duration::from_millis(5));
+        let before = fs::metadata(&spare).unwrap().ino();
+        replace_reusing_inodes(dir.path(), "journal.ckpt", &note(4), false, true, uid()).unwrap();
+        assert_eq!(
+            fs::metadata(&target).unwrap().ino(),
+            before,
+            "control: reused"
+        );
+        // A caller's later replacement (`in_place` false) writes a fresh file however settled.
+        std::thread::sleep(SPARE_SETTLED + std::time::Duration::from_millis(5));
+        let mut held = File::open(&spare).unwrap();
+        let was = fs::read(&spare).unwrap();
+        replace_reusing_inodes(dir.path(), "journal.ckpt", &note(7), false, false, uid()).unwrap();
+        let mut seen = Vec::new();
+        held.read_to_end(&mut seen).unwrap();
+        assert_eq!(seen, was, "written in place");
+        assert_eq!(fs::read(&target).unwrap(), note(7));
+        // A FIFO at the spare (no reader): refused at once, a fresh file takes its place.
+        fs::remove_file(&spare).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &spare,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        std::thread::sleep(SPARE_SETTLED + std::time::Duration::from_millis(5));
+        replace_reusing_inodes(dir.path(), "journal.ckpt", &note(5), false, true, uid()).unwrap();
+        assert_eq!(fs::read(&target).unwrap(), note(5));
+        // A spare that is also another file's name: that file is left as it was.
+        let other = dir.path().join("journal.1.ckpt");
+        fs::remove_file(&spare).ok();
+        fs::write(&other, note(9)).unwrap();
+        fs::set_permissions(&other, fs::Permissions::from_mode(FILE_MODE)).unwrap();
+        fs::hard_link(&other, &spare).unwrap();
+        std::thread::sleep(SPARE_SETTLED + std::time::Duration::from_millis(5));
+        replace_reusing_inodes(dir.path(), "journal.ckpt", &note(6), false, true, uid()).unwrap();
+        assert_eq!(fs::read(&target).unwrap(), note(6));
+        assert_eq!(fs::read(&other).unwrap(), note(9));
+    }
+
     /// A new length is written to a fresh spare, not in place; leftovers of a crash between
     /// the steps, and a link planted at the spare, are dropped, never written through.
     #[test]
     fn a_new_length_a_leftover_or_a_link_at_the_spare_still_gives_the_whole_new_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("journal.ckpt");
-        replace_reusing_inodes(dir.path(), "journal.ckpt", b"short\n", false, uid()).unwrap();
-        replace_reusing_inodes(dir.path(), "journal.ckpt", b"longer one\n", false, uid()).unwrap();
-        replace_reusing_inodes(dir.path(), "journal.ckpt", b"s\n", false, uid()).unwrap();
+        replace_reusing_inodes(dir.path(), "journal.ckpt", b"short\n", false, true, uid()).unwrap();
+        replace_reusing_inodes(
+            dir.path(),
+            "journal.ckpt",
+            b"longer one\n",
+            false,
+            true,
+            uid(),
+        )
+        .unwrap();
+        replace_reusing_inodes(dir.path(), "journal.ckpt", b"s\n", false, true, uid()).unwrap();
         assert_eq!(fs::read(&target).unwrap(), b"s\n");
         // A crash after the second name was made: `.keep` is the current checkpoint.
         fs::hard_link(&target, dir.path().join(".journal.ckpt.keep")).unwrap();
-        replace_reusing_inodes(dir.path(), "journal.ckpt", b"t\n", false, uid()).unwrap();
+        replace_reusing_inodes(dir.path(), "journal.ckpt", b"t\n", false, true, uid()).unwrap();
         assert_eq!(fs::read(&target).unwrap(), b"t\n");
         assert!(!dir.path().join(".journal.ckpt.keep").exists());
         // A link at the spare, to a file of the same length elsewhere.
@@ -415,7 +523,7 @@ mod tests {
         fs::write(&outside, b"u\n").unwrap();
         fs::remove_file(dir.path().join(".journal.ckpt.spare")).unwrap();
         std::os::unix::fs::symlink(&outside, dir.path().join(".journal.ckpt.spare")).unwrap();
-        replace_reusing_inodes(dir.path(), "journal.ckpt", b"v\n", false, uid()).unwrap();
+        replace_reusing_inodes(dir.path(), "journal.ckpt", b"v\n", false, true, uid()).unwrap();
         assert_eq!(fs::read(&target).unwrap(), b"v\n");
         assert_eq!(
             fs::read(&outside).unwrap(),

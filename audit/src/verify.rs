@@ -1191,6 +1191,40 @@ fn read_nofollow(path: &Path, findings: &mut Vec<Finding>) -> Option<Option<Vec<
     }
 }
 
+/// A lane's checkpoint, read as [`read_nofollow`] does, again (up to four times) when its size
+/// or times changed while it was read: a closing session may be rewriting the file this one
+/// opened, which two replacements earlier was the checkpoint (`fsx::replace_reusing_inodes`).
+/// What is returned is then whole: the old checkpoint or a newer one, never a mix.
+fn read_settled(path: &Path, findings: &mut Vec<Finding>) -> Option<Option<Vec<u8>>> {
+    let stamp = |f: &fs::File| {
+        f.metadata().ok().map(|m| {
+            (
+                m.ino(),
+                m.len(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec(),
+            )
+        })
+    };
+    for _ in 0..4 {
+        let Ok(mut f) = fsx::open_read(path) else {
+            break;
+        };
+        let before = stamp(&f);
+        let mut data = Vec::new();
+        if f.read_to_end(&mut data).is_err() {
+            break;
+        }
+        if before.is_some() && before == stamp(&f) {
+            return Some(Some(data));
+        }
+    }
+    // Not found, a link, unreadable, or still changing: as a plain read reports it.
+    read_nofollow(path, findings)
+}
+
 /// An authentic index line's evidence.
 pub(crate) struct IndexInfo {
     /// SHA-256 of every complete line.
@@ -2710,7 +2744,7 @@ fn read_lane(
         uid,
         crate::events::KIND_TAIL,
     );
-    let ckpt = read_nofollow(&dir.join(journal::lane_ckpt_file_name(lane)), findings);
+    let ckpt = read_settled(&dir.join(journal::lane_ckpt_file_name(lane)), findings);
     let meta = fs::symlink_metadata(&path).ok();
     let data = read_nofollow(&path, findings)??;
     // A lock means a running writer in this lane: its newest session is still being written.

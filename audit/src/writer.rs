@@ -997,29 +997,39 @@ impl SessionWriter {
             self.sync()?;
         }
         if self.checkpoints {
-            let (name, sync, lane) = match &mut self.journal {
+            let (name, sync, reuse) = match &mut self.journal {
                 // A session's first checkpoint replaces an older session's: if it were lost
                 // (power loss), the older one names fewer lines than the journal holds, which
                 // is no contradiction. A later one replaces this session's own earlier one,
                 // which would then look stale: synced. So is the lane's very first one, whose
                 // loss would leave no checkpoint at all.
+                // The lane's checkpoint is replaced at every close: two inodes take turns, so
+                // that no close frees a block (`replace_reusing_inodes`). Only a session's first
+                // checkpoint is written into the spare in place: a later one may follow the
+                // one before by microseconds (a close after an idle spell publishes twice),
+                // while a reader of that spare, the checkpoint a moment ago, is still reading.
                 Some(j) => {
                     let first = !j.published && j.ckpt_existed;
+                    let reuse = Some(!j.published);
                     j.published = true;
                     (
                         journal::lane_ckpt_file_name(j.lane),
                         self.fsync && !first,
-                        true,
+                        reuse,
                     )
                 }
-                None => (ckpt_file_name(&self.id), self.fsync, false),
+                None => (ckpt_file_name(&self.id), self.fsync, None),
             };
-            if lane {
-                // Replaced at every close of the lane: two inodes take turns, so that no
-                // close frees a block (`replace_reusing_inodes`).
-                fsx::replace_reusing_inodes(&self.dir, &name, note.as_bytes(), sync, self.uid)?;
-            } else {
-                fsx::write_atomic(&self.dir, &name, note.as_bytes(), sync, self.uid)?;
+            match reuse {
+                Some(in_place) => fsx::replace_reusing_inodes(
+                    &self.dir,
+                    &name,
+                    note.as_bytes(),
+                    sync,
+                    in_place,
+                    self.uid,
+                )?,
+                None => fsx::write_atomic(&self.dir, &name, note.as_bytes(), sync, self.uid)?,
             }
         }
         if let Some(w) = self.witness.clone() {

@@ -222,8 +222,8 @@ impl Stamp {
     }
 
     /// Whether a folder with this stamp now, recorded with `then` when listed at `listed_at`,
-    /// is believed (the module documentation's three conditions; `now` is taken after the
-    /// stamp).
+    /// is believed (the module documentation's three conditions; `now` is taken before the
+    /// stamps are, which makes the future check stricter, never weaker).
     fn believes(&self, then: &Stamp, listed_at: i128, now: i128) -> bool {
         let latest = self.latest_ns();
         self == then && latest + RACY_MARGIN.as_nanos() as i128 <= listed_at && latest <= now
@@ -724,7 +724,8 @@ fn check_tree(root: &Path, tree: &Tree) -> Vec<bool> {
         return believed;
     };
     let work = TreeWork::new(tree, now_ns());
-    believed[0] = Stamp::of(&meta).believes(&tree.stamp(0), tree.listed_at(0), work.now);
+    believed[0] =
+        meta.is_dir() && Stamp::of(&meta).believes(&tree.stamp(0), tree.listed_at(0), work.now);
     let mut mine = Vec::with_capacity(tree.count);
     if tree.count < SHARED_FROM_FOLDERS {
         work.run(root, &mut mine);
@@ -830,7 +831,11 @@ impl<'a> TreeWork<'a> {
                 continue;
             };
             let then = self.tree.stamp(i);
-            if Stamp::of_statx(&st).believes(&then, self.tree.listed_at(i), self.now) {
+            // Only a folder is believed: a planted record for a link (with the link's own
+            // stamp) would otherwise lead the walk through it.
+            let folder = rustix::fs::FileType::from_raw_mode(u32::from(st.stx_mode))
+                == rustix::fs::FileType::Directory;
+            if folder && Stamp::of_statx(&st).believes(&then, self.tree.listed_at(i), self.now) {
                 believed.push(i as u32);
             }
             if !self.tree.children(i).is_empty() {
@@ -1546,6 +1551,55 @@ mod tests {
         assert_eq!(listed, 0);
         assert_eq!(listings[0].env, [OsString::from(".env.planted")]);
         assert_eq!(listings[0].subdirs, [OsString::from("inside")]);
+    }
+
+    /// A record planted for a link, with the link's own stamp, is not believed: only a folder
+    /// is. Believed, the walk would list what is below it through the link, outside the
+    /// project; refused, the walk lists the link itself without following it, and stops.
+    #[test]
+    fn a_record_planted_for_a_link_is_not_believed() {
+        let base = tempfile::tempdir().unwrap();
+        let base = base.path().canonicalize().unwrap();
+        let (cache, root, outside) = (base.join("home"), base.join("project"), base.join("out"));
+        fs::create_dir_all(root.join("a")).unwrap();
+        fs::create_dir_all(outside.join("x")).unwrap();
+        fs::create_dir_all(&cache).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("lnk")).unwrap();
+        walk(&cache, &root);
+        age(&cache, &root);
+        let link = Stamp::of(&fs::symlink_metadata(root.join("lnk")).unwrap());
+        let inner = Stamp::of(&fs::symlink_metadata(outside.join("x")).unwrap());
+        plant(&cache, &root, |all| {
+            add_root_child(all, b"lnk");
+            let at = all.iter().position(|r| r.name == b"lnk").unwrap();
+            all[at].stamp = link;
+            all[at].children = 1;
+            let mut x = all[at].clone();
+            (x.name, x.stamp, x.children) = (b"x".to_vec(), inner, 0);
+            all.push(x);
+        });
+        let planted = records(&cache, &root);
+        let at = planted.iter().position(|r| r.name == b"lnk").unwrap();
+        // Control: by its stamp alone the record would be believed.
+        assert!(link.believes(&planted[at].stamp, planted[at].listed_at, now_ns()));
+        let mut visited = Vec::new();
+        let refused = super::walk(
+            Some(&cache),
+            &root,
+            is_env,
+            |_, e| e,
+            |dir, _| {
+                visited.push(dir.to_path_buf());
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        // Opened as a folder without following a link: ENOTDIR.
+        assert_eq!(refused.raw_os_error(), Some(libc::ENOTDIR), "{refused}");
+        assert!(
+            !visited.iter().any(|d| d.starts_with(root.join("lnk"))),
+            "{visited:?}"
+        );
     }
 
     /// A folder swapped for a link after its parent was listed (a command in another sandbox of
