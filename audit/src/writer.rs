@@ -997,17 +997,19 @@ impl SessionWriter {
             self.sync()?;
         }
         if self.checkpoints {
+            // `reuse`: how the checkpoint file is replaced. `None`, an old-layout session's own
+            // file: `write_atomic`. `Some(in_place)`, the lane's, replaced at every close: two
+            // inodes take turns so that no close frees a block (`replace_reusing_inodes`), and
+            // only a session's first checkpoint is written into the spare in place (a later
+            // one may follow the one before by microseconds, a close after an idle spell
+            // publishing twice, while a reader of that spare, the checkpoint a moment ago, is
+            // still reading).
             let (name, sync, reuse) = match &mut self.journal {
                 // A session's first checkpoint replaces an older session's: if it were lost
                 // (power loss), the older one names fewer lines than the journal holds, which
                 // is no contradiction. A later one replaces this session's own earlier one,
                 // which would then look stale: synced. So is the lane's very first one, whose
                 // loss would leave no checkpoint at all.
-                // The lane's checkpoint is replaced at every close: two inodes take turns, so
-                // that no close frees a block (`replace_reusing_inodes`). Only a session's first
-                // checkpoint is written into the spare in place: a later one may follow the
-                // one before by microseconds (a close after an idle spell publishes twice),
-                // while a reader of that spare, the checkpoint a moment ago, is still reading.
                 Some(j) => {
                     let first = !j.published && j.ckpt_existed;
                     let reuse = Some(!j.published);

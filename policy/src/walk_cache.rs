@@ -506,19 +506,19 @@ pub(crate) fn walk<E>(
         // Enter the folder at `path` (its record in the cache read: `cached`).
         let here = Path::new(OsStr::from_bytes(&path));
         let node = nodes.len() as u32;
-        let listed = match cached.filter(|i| believed.get(*i) == Some(&true)) {
-            Some(i) => {
-                let (git, garuda) = tree.map_or((None, false), |t| (t.git(i), t.garuda(i)));
-                if let Some(t) = tree {
-                    visit(
-                        here,
-                        &Folder {
-                            git,
-                            garuda,
-                            from: FolderFrom::Cache(t, i),
-                        },
-                    )?;
-                }
+        let believed_record = cached
+            .zip(tree)
+            .filter(|(i, _)| believed.get(*i) == Some(&true));
+        let listed = match believed_record {
+            Some((i, t)) => {
+                visit(
+                    here,
+                    &Folder {
+                        git: t.git(i),
+                        garuda: t.garuda(i),
+                        from: FolderFrom::Cache(t, i),
+                    },
+                )?;
                 nodes.push(Node {
                     parent,
                     from: NodeFrom::Cache(i as u32),
@@ -529,10 +529,8 @@ pub(crate) fn walk<E>(
                 // Taken before the listing: an entry made after this instant changes the
                 // folder's times to at least this (less a clock tick, which the margin covers).
                 let listed_at = now_ns();
-                let (stamp, mut listing) =
+                let (stamp, listing) =
                     list_folder(here, &is_env).map_err(|e| list_error(here, e))?;
-                listing.env.sort_unstable();
-                listing.subdirs.sort_unstable();
                 visit(
                     here,
                     &Folder {
@@ -953,6 +951,9 @@ fn list_folder(dir: &Path, is_env: &impl Fn(&OsStr) -> bool) -> std::io::Result<
             listing.subdirs.push(name);
         }
     }
+    // In name order, as the file keeps sub-folders (`Tree::child_named` searches them so).
+    listing.env.sort_unstable();
+    listing.subdirs.sort_unstable();
     Ok((stamp, listing))
 }
 

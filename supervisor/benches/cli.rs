@@ -156,6 +156,23 @@ fn garuda_cmd(project: &Path, garuda_home: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// A variant that runs `garuda sandbox ARGS -- /bin/true` in `project` with `garuda_home`.
+fn garuda_variant<'a>(
+    name: &'static str,
+    baseline: &'static str,
+    project: &Path,
+    garuda_home: &Path,
+    args: &'static [&'static str],
+) -> Variant<'a> {
+    let (p, g) = (project.to_path_buf(), garuda_home.to_path_buf());
+    Variant {
+        name,
+        baseline: Some(baseline),
+        run: Box::new(move || run_ok(&mut garuda_cmd(&p, &g, args), name)),
+        times: Vec::new(),
+    }
+}
+
 fn main() {
     let o = options();
     let home = std::env::var_os("HOME").expect("HOME");
@@ -246,18 +263,13 @@ fn main() {
             times: Vec::new(),
         });
         if landlock_ok {
-            let (p, g) = (project.clone(), garuda_home.clone());
-            variants.push(Variant {
-                name: "garuda landlock",
-                baseline: Some("true"),
-                run: Box::new(move || {
-                    run_ok(
-                        &mut garuda_cmd(&p, &g, &["--executor", "landlock"]),
-                        "landlock",
-                    )
-                }),
-                times: Vec::new(),
-            });
+            variants.push(garuda_variant(
+                "garuda landlock",
+                "true",
+                &project,
+                &garuda_home,
+                &["--executor", "landlock"],
+            ));
         }
         if bwrap_ok {
             let bwrap = bubblewrap::bwrap_path().expect("bwrap");
@@ -287,52 +299,33 @@ fn main() {
                 }),
                 times: Vec::new(),
             });
-            let (p, g) = (project.clone(), garuda_home.clone());
-            variants.push(Variant {
-                name: "garuda bubblewrap",
-                baseline: Some("bwrap"),
-                run: Box::new(move || {
-                    run_ok(
-                        &mut garuda_cmd(&p, &g, &["--executor", "bubblewrap"]),
-                        "bubblewrap",
-                    )
-                }),
-                times: Vec::new(),
-            });
+            variants.push(garuda_variant(
+                "garuda bubblewrap",
+                "bwrap",
+                &project,
+                &garuda_home,
+                &["--executor", "bubblewrap"],
+            ));
         }
         if o.files > 0 && landlock_ok {
             // The same run in an empty project beside this one, same home: the issue's "direct
             // on the 20,000-file project ≤ direct on an empty project + 2 ms", paired.
-            let (p, g) = (empty_project.clone(), garuda_home.clone());
-            variants.push(Variant {
-                name: "garuda landlock, empty project",
-                baseline: Some("true"),
-                run: Box::new(move || {
-                    run_ok(
-                        &mut garuda_cmd(&p, &g, &["--executor", "landlock"]),
-                        "landlock in the empty project",
-                    )
-                }),
-                times: Vec::new(),
-            });
+            variants.push(garuda_variant(
+                "garuda landlock, empty project",
+                "true",
+                &empty_project,
+                &garuda_home,
+                &["--executor", "landlock"],
+            ));
         }
         if o.staged && landlock_ok {
-            let (p, g) = (project.clone(), garuda_home.clone());
-            variants.push(Variant {
-                name: "garuda staged",
-                baseline: Some("garuda landlock"),
-                run: Box::new(move || {
-                    run_ok(
-                        &mut garuda_cmd(
-                            &p,
-                            &g,
-                            &["--executor", "landlock", "--staged", "--discard"],
-                        ),
-                        "staged",
-                    )
-                }),
-                times: Vec::new(),
-            });
+            variants.push(garuda_variant(
+                "garuda staged",
+                "garuda landlock",
+                &project,
+                &garuda_home,
+                &["--executor", "landlock", "--staged", "--discard"],
+            ));
         }
 
         for _ in 0..o.runs / 10 + 1 {
