@@ -736,6 +736,11 @@ pub struct NativePlan {
     /// (user, net; both close-on-exec): outer joins them instead of making its own, and its
     /// id maps, loopback and resolver stub are already there. `None`: outer makes them.
     pub namespaces: Option<(RawFd, RawFd)>,
+    /// The CPUs the supervisor's thread may run on, read before the fork. `Some`: outer is
+    /// moved off the supervisor's CPU once forked ([`move_off_this_cpu`]), and the command
+    /// takes these back first thing, so that it runs where it would have without the move
+    /// (outer's and PID 1's own CPUs matter to nobody). `None`: nothing is moved.
+    pub affinity: Option<rustix::thread::CpuSet>,
 }
 
 /// The descriptor number at which [`NativePlan::pass_fd`] reaches the command.
@@ -1024,6 +1029,9 @@ pub fn spawn_native(plan: &NativePlan) -> io::Result<libc::pid_t> {
     }
     if pid == 0 {
         outer_main(plan)
+    }
+    if plan.affinity.is_some() {
+        move_off_this_cpu(pid);
     }
     Ok(pid)
 }
@@ -1380,8 +1388,11 @@ impl Drop for NamespaceHelper {
 /// makes its own namespaces, and reports any failure at its own stage.
 ///
 /// Why: making a network namespace is the largest single cost of a sandbox's setup (about
-/// half a millisecond here); the helper makes it on the other core while the supervisor loads
-/// the policy and opens the audit session (see `crate::executor::ahead`).
+/// half a millisecond here); the helper makes it on another CPU while the supervisor loads
+/// the policy and opens the audit session (see `crate::executor::ahead`). It is moved off the
+/// supervisor's CPU when there is another one to run on ([`move_off_this_cpu`]): left to the
+/// kernel it waited on the supervisor's. Its own children (none) and the namespaces it makes
+/// carry no CPU mask, so nothing needs to be given back.
 ///
 /// The helper is a `clone(CLONE_VM)` child on a stack of its own, not a `fork`: a forked
 /// copy would make every page the supervisor writes meanwhile a copy-on-write fault, which
@@ -1408,7 +1419,39 @@ pub fn spawn_namespace_helper(plan: NamespacePlan) -> io::Result<NamespaceHelper
     restore_signals(&old);
     helper.pid = spawned.map_err(io::Error::from_raw_os_error)?;
     helper.reaped = false;
+    move_off_this_cpu(helper.pid);
     Ok(helper)
+}
+
+/// Let a child this thread has just started run on every CPU this thread may use but the one
+/// it is on now. Best effort: a child left here still runs, only later.
+///
+/// Why: Linux queued a new child on the CPU of the thread that started it, where it waited
+/// until that thread blocked, while the other CPU idled. The namespace helper waited so for
+/// the supervisor's policy and audit work (about 0.6 ms), landlock's outer for the session's
+/// start and intent (about 0.3 ms): their work came after the supervisor's instead of beside
+/// it. Measured with `benches/pair.py` (docs/benchmarks.md, "Children on the other CPU").
+/// A child moved so hands its CPUs on to its own children: whoever runs a user's program
+/// gives it back the supervisor's ([`NativePlan::affinity`]).
+pub fn move_off_this_cpu(pid: libc::pid_t) {
+    if let (Some(pid), Ok(allowed)) = (
+        rustix::process::Pid::from_raw(pid),
+        rustix::thread::sched_getaffinity(None),
+    ) {
+        if let Some(elsewhere) = cpus_but(allowed, rustix::thread::sched_getcpu()) {
+            let _ = rustix::thread::sched_setaffinity(Some(pid), &elsewhere);
+        }
+    }
+}
+
+/// The CPUs of `allowed` other than `here`, or `None` when `here` is the only one (or not one
+/// of them: then the caller is already elsewhere and nothing needs moving).
+fn cpus_but(mut allowed: rustix::thread::CpuSet, here: usize) -> Option<rustix::thread::CpuSet> {
+    if !allowed.is_set(here) || allowed.count() < 2 {
+        return None;
+    }
+    allowed.unset(here);
+    Some(allowed)
 }
 
 fn page_size() -> usize {
@@ -1787,6 +1830,11 @@ fn command_main(plan: &NativePlan, sync: RawFd) -> ! {
         if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) != 0 {
             fail(rep, Stage::Signals as u32);
         }
+    }
+    // The supervisor's CPUs (outer, whose mask this process inherited, was moved off one of
+    // them). Best effort, as the move: only a CPU gone offline since can refuse it.
+    if let Some(cpus) = &plan.affinity {
+        let _ = rustix::thread::sched_setaffinity(None, cpus);
     }
     if let Err(e) = rustix::process::chdir(plan.cwd.as_c_str()) {
         report(rep, Stage::Chdir as u32, e.raw_os_error());
@@ -2760,6 +2808,72 @@ mod tests {
 
     fn c(path: &std::path::Path) -> std::ffi::CString {
         std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap()
+    }
+
+    /// The CPUs left for the namespace helper: all but the supervisor's, none to move to when
+    /// it has only one.
+    #[test]
+    fn the_helper_is_sent_to_the_other_cpus() {
+        let mut two = rustix::thread::CpuSet::new();
+        two.set(0);
+        two.set(3);
+        let elsewhere = cpus_but(two, 3).unwrap();
+        assert!(elsewhere.is_set(0) && !elsewhere.is_set(3));
+        assert_eq!(elsewhere.count(), 1);
+        let mut one = rustix::thread::CpuSet::new();
+        one.set(2);
+        assert!(cpus_but(one, 2).is_none());
+        assert!(
+            cpus_but(two, 1).is_none(),
+            "not on one of them: nothing to move"
+        );
+    }
+
+    /// A started helper may run on every allowed CPU but the one its parent ran on at the
+    /// clone; control: a plain `clone(CLONE_VM)` child keeps all of its parent's CPUs. With a
+    /// single allowed CPU the helper keeps it.
+    #[test]
+    fn a_started_helper_is_off_the_supervisors_cpu() {
+        let allowed = rustix::thread::sched_getaffinity(None).unwrap();
+        let (_ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let helper = spawn_namespace_helper(NamespacePlan {
+            uid_map: id_map(current_uid()),
+            gid_map: id_map(current_gid()),
+            parent_pid: current_pid(),
+            handoff: DnsHandoff {
+                addrs: [None; MAX_STUB_RESOLVERS],
+                channel: theirs.as_raw_fd(),
+            },
+        })
+        .unwrap();
+        drop(theirs);
+        let pid = rustix::process::Pid::from_raw(helper.pid).unwrap();
+        // Read before `finish` reaps it (an exited, unreaped helper keeps its mask).
+        let given = rustix::thread::sched_getaffinity(Some(pid)).unwrap();
+        helper.finish();
+        let inside =
+            (0..rustix::thread::CpuSet::MAX_CPU).all(|c| !given.is_set(c) || allowed.is_set(c));
+        assert!(inside, "the helper may only lose CPUs");
+        if allowed.count() >= 2 {
+            assert_eq!(given.count(), allowed.count() - 1);
+        } else {
+            assert_eq!(given.count(), allowed.count());
+        }
+        // Control: a child cloned the same way, not moved, keeps every CPU.
+        let stack = map_guarded_stacks(1, HELPER_STACK).unwrap();
+        extern "C" fn exit_at_once(_: *mut libc::c_void) -> libc::c_int {
+            exit_now(0)
+        }
+        // SAFETY: the child runs on the stack mapped above and exits at once, writing nothing
+        // but that stack; `allowed` is not read by it.
+        let child =
+            unsafe { clone_sharing_memory(exit_at_once, stack + HELPER_STACK, &allowed) }.unwrap();
+        let kept =
+            rustix::thread::sched_getaffinity(rustix::process::Pid::from_raw(child)).unwrap();
+        reap(child).unwrap();
+        // SAFETY: the stack mapped above; its only user has been reaped.
+        unsafe { libc::munmap(stack as *mut libc::c_void, HELPER_STACK) };
+        assert_eq!(kept.count(), allowed.count());
     }
 
     /// `real/inner`, `link` → `real` and `last` → `real/inner` in a fresh folder (canonical).

@@ -492,6 +492,57 @@ fn each_run_gets_namespaces_of_its_own_made_ahead() {
     }
 }
 
+/// The CPUs a command may run on are the supervisor's: landlock's outer is moved off the
+/// supervisor's CPU (so that it builds the sandbox beside the supervisor's own work), and the
+/// command takes the supervisor's CPUs back before its program starts. Control: the sandbox's
+/// PID 1, a child of the moved outer, keeps outer's narrower set (on a machine with more than
+/// one CPU, in at least one of a few runs: the move races the fork by design).
+#[test]
+fn a_command_runs_on_the_supervisors_cpus() {
+    fn allowed(status: &str) -> String {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap_or_else(|| panic!("no Cpus_allowed_list in {status}"))
+            .trim()
+            .to_string()
+    }
+    let w = world();
+    // `garuda` inherits this thread's set (a fork copies the forking thread's).
+    let ours = allowed(&std::fs::read_to_string("/proc/thread-self/status").unwrap());
+    let several = ours.contains(['-', ',']);
+    let probe = [
+        "sh",
+        "-c",
+        "cat /proc/self/status; echo ===; cat /proc/1/status",
+    ];
+    let mut pid1_moved = false;
+    for _ in 0..5 {
+        for executor in ["landlock", "bubblewrap"] {
+            let out = sandbox(&w, &["--executor", executor], &probe);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{executor}: {}",
+                text(&out.stderr)
+            );
+            let stdout = text(&out.stdout);
+            let (command, pid1) = stdout.split_once("===").unwrap();
+            assert_eq!(allowed(command), ours, "{executor}: the command's CPUs");
+            if executor == "landlock" && allowed(pid1) != ours {
+                pid1_moved = true;
+            }
+        }
+        if pid1_moved || !several {
+            break;
+        }
+    }
+    assert_eq!(
+        pid1_moved, several,
+        "PID 1 moved with outer iff there is another CPU ({ours})"
+    );
+}
+
 /// The newest audit session's `command_result` event.
 fn newest_command_result(w: &World) -> serde_json::Value {
     let shown = Command::new(garuda())

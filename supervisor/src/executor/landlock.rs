@@ -756,6 +756,7 @@ impl Executor for LandlockExecutor {
             pass_fd: None,
             release: Some((release_read.as_raw_fd(), release_write.as_raw_fd())),
             namespaces,
+            affinity: rustix::thread::sched_getaffinity(None).ok(),
         };
         let start = Instant::now();
         let pid = sys::spawn_native(&plan).map_err(setup_err("fork"))?;
