@@ -90,6 +90,7 @@
 #![deny(missing_docs)]
 
 mod assemble;
+pub mod beside;
 pub mod command;
 mod describe;
 pub mod engine;

@@ -729,13 +729,27 @@ fn check_tree(root: &Path, tree: &Tree) -> Vec<bool> {
         work.run(root, &mut mine);
     } else {
         std::thread::scope(|scope| {
+            let (tell, told) = std::sync::mpsc::sync_channel(1);
+            let work = &work;
             let helper = std::thread::Builder::new()
                 .name("garuda-walk".into())
-                .spawn_scoped(scope, || {
+                .spawn_scoped(scope, move || {
+                    let _ = tell.send(rustix::thread::gettid());
                     let mut theirs = Vec::with_capacity(tree.count / 2);
                     work.run(root, &mut theirs);
                     theirs
                 });
+            // Queued on this thread's CPU the second thread may wait for this one to block
+            // (crate::beside): wait for its first step (it runs there at once, this thread
+            // blocked), then send it to the other CPUs. Each thread takes pieces as it can,
+            // so neither waits for the other's share.
+            if helper.is_ok() {
+                if let Ok(tid) = told.recv() {
+                    crate::beside::move_off_this_cpu(tid);
+                    #[cfg(test)]
+                    tests::note_second_thread(tid);
+                }
+            }
             work.run(root, &mut mine);
             if let Ok(Ok(theirs)) = helper.map(|h| h.join()) {
                 mine.extend(theirs);
@@ -1354,6 +1368,44 @@ mod tests {
         let (after, listed) = walk(cache.path(), root);
         assert_eq!(listed, 1);
         assert!(after.iter().any(|l| l.env == vec![OsString::from(".env")]));
+    }
+
+    thread_local! {
+        /// The CPUs of the walk's second thread right after it was moved, as its starter saw
+        /// them (per test thread: tests run side by side).
+        static SECOND_THREAD_CPUS: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+    }
+
+    pub(super) fn note_second_thread(tid: rustix::process::Pid) {
+        // A second thread that already ended (its share was done at once) tells nothing.
+        if let Ok(cpus) = rustix::thread::sched_getaffinity(Some(tid)) {
+            SECOND_THREAD_CPUS.with(|c| c.set(Some(cpus.count())));
+        }
+    }
+
+    /// The walk's second thread may run on every CPU but the first thread's (it is started to
+    /// run beside it, `crate::beside`); with one CPU it keeps that one.
+    #[test]
+    fn the_second_thread_runs_off_the_first_ones_cpu() {
+        let Scene { cache, root, .. } = &scene();
+        for i in 0..2 * SHARED_FROM_FOLDERS {
+            fs::create_dir_all(root.join(format!("d{i:03}/x"))).unwrap();
+        }
+        walk(cache.path(), root);
+        age(cache.path(), root);
+        let tree = read(cache.path(), &file_name(root), root).unwrap();
+        let allowed = rustix::thread::sched_getaffinity(None).unwrap().count();
+        let mut seen = None;
+        for _ in 0..20 {
+            SECOND_THREAD_CPUS.with(|c| c.set(None));
+            check_tree(root, &tree);
+            seen = SECOND_THREAD_CPUS.with(std::cell::Cell::get);
+            if seen.is_some() {
+                break;
+            }
+        }
+        let expected = if allowed >= 2 { allowed - 1 } else { allowed };
+        assert_eq!(seen, Some(expected), "{allowed} CPUs allowed");
     }
 
     /// The threads' stop rule: a thread with no piece left waits while another is still at

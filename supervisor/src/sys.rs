@@ -1423,35 +1423,12 @@ pub fn spawn_namespace_helper(plan: NamespacePlan) -> io::Result<NamespaceHelper
     Ok(helper)
 }
 
-/// Let a child this thread has just started run on every CPU this thread may use but the one
-/// it is on now. Best effort: a child left here still runs, only later.
-///
-/// Why: Linux queued a new child on the CPU of the thread that started it, where it waited
-/// until that thread blocked, while the other CPU idled. The namespace helper waited so for
-/// the supervisor's policy and audit work (about 0.6 ms), landlock's outer for the session's
-/// start and intent (about 0.3 ms): their work came after the supervisor's instead of beside
-/// it. Measured with `benches/pair.py` (docs/benchmarks.md, "Children on the other CPU").
-/// A child moved so hands its CPUs on to its own children: whoever runs a user's program
-/// gives it back the supervisor's ([`NativePlan::affinity`]).
+/// Let a child this process has just started run beside it: see [`garuda_policy::beside`],
+/// which says why (the namespace helper and landlock's outer).
 pub fn move_off_this_cpu(pid: libc::pid_t) {
-    if let (Some(pid), Ok(allowed)) = (
-        rustix::process::Pid::from_raw(pid),
-        rustix::thread::sched_getaffinity(None),
-    ) {
-        if let Some(elsewhere) = cpus_but(allowed, rustix::thread::sched_getcpu()) {
-            let _ = rustix::thread::sched_setaffinity(Some(pid), &elsewhere);
-        }
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        garuda_policy::beside::move_off_this_cpu(pid);
     }
-}
-
-/// The CPUs of `allowed` other than `here`, or `None` when `here` is the only one (or not one
-/// of them: then the caller is already elsewhere and nothing needs moving).
-fn cpus_but(mut allowed: rustix::thread::CpuSet, here: usize) -> Option<rustix::thread::CpuSet> {
-    if !allowed.is_set(here) || allowed.count() < 2 {
-        return None;
-    }
-    allowed.unset(here);
-    Some(allowed)
 }
 
 fn page_size() -> usize {
@@ -2808,25 +2785,6 @@ mod tests {
 
     fn c(path: &std::path::Path) -> std::ffi::CString {
         std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap()
-    }
-
-    /// The CPUs left for the namespace helper: all but the supervisor's, none to move to when
-    /// it has only one.
-    #[test]
-    fn the_helper_is_sent_to_the_other_cpus() {
-        let mut two = rustix::thread::CpuSet::new();
-        two.set(0);
-        two.set(3);
-        let elsewhere = cpus_but(two, 3).unwrap();
-        assert!(elsewhere.is_set(0) && !elsewhere.is_set(3));
-        assert_eq!(elsewhere.count(), 1);
-        let mut one = rustix::thread::CpuSet::new();
-        one.set(2);
-        assert!(cpus_but(one, 2).is_none());
-        assert!(
-            cpus_but(two, 1).is_none(),
-            "not on one of them: nothing to move"
-        );
     }
 
     /// A started helper may run on every allowed CPU but the one its parent ran on at the
