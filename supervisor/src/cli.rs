@@ -392,8 +392,10 @@ pub fn main() -> i32 {
     }
     let code = run(args, sandbox);
     // A helper whose namespaces no sandbox took (another executor ran, or none did) is reaped
-    // before the process ends: nothing Garuda started outlives it.
+    // before the process ends: nothing Garuda started outlives it; so is the outermost
+    // process of a sandbox whose end was told early (its teardown overlapped the audit's close).
     crate::executor::ahead::discard();
+    crate::executor::reap_finished();
     code
 }
 

@@ -259,7 +259,25 @@ pub fn wait_pid_serving(
     timeout: Option<Duration>,
     serving: Option<&mut dyn WhileWaiting>,
 ) -> io::Result<Option<RawExit>> {
-    let exited = wait_exited_serving(pid, timeout, serving)?;
+    // Without a `finished` descriptor the wait cannot end early.
+    Ok(wait_pid_or_finished(pid, timeout, serving, None)?.unwrap_or(None))
+}
+
+/// [`wait_pid_serving`], or `None` as soon as the pipe whose read end is `finished` hangs up
+/// ([`wait_exited_or_finished`]): then `pid` is neither reaped nor killed, and signals are
+/// still forwarded to it; the caller decides.
+#[allow(clippy::option_option)] // outer: ended early or not; inner: timed out or not
+pub fn wait_pid_or_finished(
+    pid: libc::pid_t,
+    timeout: Option<Duration>,
+    serving: Option<&mut dyn WhileWaiting>,
+    finished: Option<RawFd>,
+) -> io::Result<Option<Option<RawExit>>> {
+    let end = wait_exited_or_finished(pid, timeout, serving, finished)?;
+    if end == WaitEnd::Finished {
+        return Ok(None);
+    }
+    let exited = end == WaitEnd::Exited;
     if !exited {
         let _ = kill(pid, libc::SIGKILL);
         wait_exited(pid, None)?;
@@ -268,7 +286,7 @@ pub fn wait_pid_serving(
     // before it is reaped, so a late signal never reaches a process that took the pid.
     forward_signals_to(0);
     let status = reap(pid)?;
-    Ok(exited.then_some(status))
+    Ok(Some(exited.then_some(status)))
 }
 
 /// Descriptors the thread that waits for a sandbox answers while it waits: the resolver
@@ -292,8 +310,33 @@ pub fn wait_exited(pid: libc::pid_t, timeout: Option<Duration>) -> io::Result<bo
 pub fn wait_exited_serving(
     pid: libc::pid_t,
     timeout: Option<Duration>,
-    mut serving: Option<&mut dyn WhileWaiting>,
+    serving: Option<&mut dyn WhileWaiting>,
 ) -> io::Result<bool> {
+    Ok(wait_exited_or_finished(pid, timeout, serving, None)? == WaitEnd::Exited)
+}
+
+/// How [`wait_exited_or_finished`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// The child exited (it is not reaped).
+    Exited,
+    /// Every holder of the write end of `finished` closed it (or exited); the child may still
+    /// be on its way out.
+    Finished,
+    /// The timeout passed first; the child still runs.
+    TimedOut,
+}
+
+/// [`wait_exited_serving`], ending early when the pipe whose read end is `finished` hangs up:
+/// a sandbox's last process can tell the supervisor its end that way before its own exit
+/// (which waits for the teardown of the sandbox's namespaces), see
+/// `executor::bubblewrap` ("The end told early").
+pub fn wait_exited_or_finished(
+    pid: libc::pid_t,
+    timeout: Option<Duration>,
+    mut serving: Option<&mut dyn WhileWaiting>,
+    finished: Option<RawFd>,
+) -> io::Result<WaitEnd> {
     let pid = rustix::process::Pid::from_raw(pid)
         .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
     let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?;
@@ -304,7 +347,7 @@ pub fn wait_exited_serving(
         events: libc::POLLIN,
         revents: 0,
     };
-    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(1 + extra.len());
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(2 + extra.len());
     loop {
         // Whole milliseconds, rounded up: poll never wakes before the deadline.
         let left_ms = deadline.map_or(-1, |d| {
@@ -313,30 +356,45 @@ pub fn wait_exited_serving(
         });
         fds.clear();
         fds.push(entry(pidfd.as_raw_fd()));
+        // No event asked: a pipe's read end reports its hang-up (POLLHUP) regardless, and
+        // the data before it is not what is waited for.
+        fds.extend(finished.map(|fd| libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        }));
+        let first_extra = fds.len();
         fds.extend(extra.iter().map(|fd| entry(*fd)));
         match poll(&mut fds, left_ms) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
             Ok(_) => {}
         }
-        if fds[0].revents != 0 {
+        let end = if fds[0].revents != 0 {
+            Some(WaitEnd::Exited)
+        } else if first_extra > 1 && fds[1].revents != 0 {
+            Some(WaitEnd::Finished)
+        } else {
+            None
+        };
+        if let Some(end) = end {
             // What the child sent just before it ended is answered (and recorded) too.
             if let Some(serving) = serving.as_deref_mut() {
                 for index in 0..extra.len() {
                     serving.ready(index);
                 }
             }
-            return Ok(true);
+            return Ok(end);
         }
         if let Some(serving) = serving.as_deref_mut() {
-            for (index, fd) in fds[1..].iter().enumerate() {
+            for (index, fd) in fds[first_extra..].iter().enumerate() {
                 if fd.revents != 0 {
                     serving.ready(index);
                 }
             }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(false);
+            return Ok(WaitEnd::TimedOut);
         }
     }
 }
@@ -741,6 +799,12 @@ pub struct NativePlan {
     /// takes these back first thing, so that it runs where it would have without the move
     /// (outer's and PID 1's own CPUs matter to nobody). `None`: nothing is moved.
     pub affinity: Option<rustix::thread::CpuSet>,
+    /// Outer keeps the report pipe after PID 1's start and, once PID 1 is reaped (every
+    /// process of the sandbox gone), reports [`Stage::Finished`] with the exit code and closes
+    /// every descriptor before it exits: the supervisor learns the end from the pipe's hang-up
+    /// instead of outer's exit, which waits for the teardown of the sandbox's namespaces
+    /// ("The end told early", docs/executors.md).
+    pub report_end: bool,
 }
 
 /// The descriptor number at which [`NativePlan::pass_fd`] reaches the command.
@@ -934,6 +998,9 @@ pub enum Stage {
     Release = 31,
     /// Joining the user and network namespaces made ahead ([`NativePlan::namespaces`]).
     JoinNamespaces = 32,
+    /// Not a failure: outer's last report, the sandbox's exit code (the value), written once
+    /// PID 1 is reaped ([`NativePlan::report_end`]).
+    Finished = 33,
     /// Mount step N is reported as `MOUNT_BASE + N`.
     MountBase = 1000,
 }
@@ -1157,8 +1224,16 @@ fn outer_main(plan: &NativePlan) -> ! {
             exit_now(SETUP_FAILED_EXIT)
         }
     };
-    // Keep only stdio: no handle of the supervisor outlives the setup in this process.
-    close_from(3);
+    // Keep only stdio (and the report pipe, to tell the end): no handle of the supervisor
+    // outlives the setup in this process.
+    if plan.report_end && rep >= 3 {
+        let rep = rep as u32;
+        // SAFETY: close_range with integer arguments (3 ≤ rep, so the first range is valid).
+        unsafe { libc::syscall(libc::SYS_close_range, 3u32, rep - 1, 0u32) };
+        close_from(rep + 1);
+    } else {
+        close_from(3);
+    }
     // `init_args` and the stacks stay in place until PID 1 is reaped: by then every process
     // of the PID namespace has ended (its PID 1 leaving waits for them), so nothing runs on
     // this memory any more. They are never freed: `exit_now` ends this process.
@@ -1167,6 +1242,12 @@ fn outer_main(plan: &NativePlan) -> ! {
         Ok(RawExit::Signal(s)) => 128 + s,
         Err(_) => SETUP_FAILED_EXIT,
     };
+    if plan.report_end && rep >= 3 {
+        report(rep, Stage::Finished as u32, code);
+        // Closed here, not by the exit: an exiting process's descriptors are released only
+        // after its namespaces are torn down, and the supervisor waits for the hang-up.
+        close_from(0);
+    }
     exit_now(code)
 }
 

@@ -543,6 +543,54 @@ fn a_command_runs_on_the_supervisors_cpus() {
     );
 }
 
+/// A sandbox whose end is told early (landlock's outer reports it before its exit, bwrap's
+/// monitor writes the exit code before its own; docs/executors.md, "The end told early") is
+/// still reaped by `garuda` before it exits, and nothing the command left running survives:
+/// run under a child subreaper, `garuda` leaves it no orphan, not even a zombie. Control: the
+/// host executor's background process, killed with the command's group but not `garuda`'s
+/// child, is left to the subreaper, so the probe does see what is left behind.
+#[test]
+fn nothing_of_a_sandbox_is_left_when_garuda_exits() {
+    const UNDER_A_SUBREAPER: &str = r#"
+import ctypes, os, subprocess, sys, time
+if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:
+    sys.exit("PR_SET_CHILD_SUBREAPER failed")
+code = subprocess.run(sys.argv[1:]).returncode
+time.sleep(0.3)
+left = 0
+while True:
+    try:
+        pid, _ = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        break
+    if pid == 0:
+        left += 1000
+        break
+    left += 1
+print(f"exit {code} left {left}")
+"#;
+    let w = world();
+    let run = |executor: &str| {
+        let out = Command::new("python3")
+            .args(["-c", UNDER_A_SUBREAPER])
+            .arg(garuda())
+            .args(["sandbox", "--executor", executor, "--project"])
+            .arg(&w.project)
+            .args(["--", "sh", "-c", "sleep 0.1 & exit 7"])
+            .current_dir(&w.project)
+            .env("HOME", &w.home)
+            .env_remove("GARUDA_HOME")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{executor}: {}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    };
+    for executor in ["landlock", "bubblewrap"] {
+        assert_eq!(run(executor), "exit 7 left 0", "{executor}");
+    }
+    assert_eq!(run("host"), "exit 7 left 1", "the control");
+}
+
 /// The newest audit session's `command_result` event.
 fn newest_command_result(w: &World) -> serde_json::Value {
     let shown = Command::new(garuda())

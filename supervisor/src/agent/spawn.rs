@@ -443,8 +443,9 @@ pub fn spawn_agent(spec: AgentSpawn) -> Result<AgentProcess, AgentSpawnError> {
         pass_fd: Some(theirs.as_raw_fd()),
         release: None,
         namespaces: None,
-        // Started once per chat: nothing to gain from moving it.
+        // Started once per chat: nothing to gain from moving it or from an early end.
         affinity: None,
+        report_end: false,
     };
     let pid = sys::spawn_native(&plan).map_err(setup("fork"))?;
     // The sandbox has its copies.

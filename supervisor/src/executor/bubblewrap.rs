@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use garuda_policy::{ExecPolicy, NetworkMode};
 
-use super::capture::{join_reader, spawn_reader, wait_child_serving};
+use super::capture::{join_reader, spawn_reader, wait_child_or_finished, wait_child_serving};
 use super::layout::{layout, Op};
 use super::{CommandSpec, ExecError, Executor, ExecutorKind, ExitStatus, Outcome, StdioMode};
 use crate::netbridge;
@@ -276,11 +276,16 @@ pub fn availability() -> Result<String, String> {
             path.display()
         ));
     }
+    // `--as-pid-1`: `/bin/true` is the namespace's PID 1 and bwrap reaps it itself. With
+    // bwrap's own PID 1 in between, bwrap exits as soon as `/bin/true` has, and that PID 1,
+    // still exiting, is left to init (or the nearest subreaper) to reap: a zombie of Garuda's
+    // that Garuda never reaps (cli.rs `nothing_of_a_sandbox_is_left_when_garuda_exits` saw it).
     let probe = Command::new(&path)
         .args([
             "--unshare-user",
             "--unshare-net",
             "--unshare-pid",
+            "--as-pid-1",
             "--ro-bind",
             "/",
             "/",
@@ -479,6 +484,8 @@ impl Executor for BubblewrapExecutor {
         stdio: StdioMode,
         release: super::Release<'_>,
     ) -> Result<Outcome, ExecError> {
+        // An earlier sandbox of this process whose end was told early is gone by now.
+        super::reap_finished();
         if cmd.argv.is_empty() {
             return Err(ExecError::InvalidCommand("empty command".into()));
         }
@@ -698,12 +705,40 @@ impl Executor for BubblewrapExecutor {
         // A signal to the supervisor kills bwrap, and with it (PID 1 of the sandbox) the rest.
         sys::forward_signals_to(child.id() as libc::pid_t);
         // `wait_child` stops the forwarding before it reaps (the pid cannot be reused meanwhile).
-        let status = wait_child_serving(
+        let told_early = told_early(&limit, stdio, policy);
+        let mut told = None;
+        let status = match wait_child_or_finished(
             &mut child,
             policy.limits.timeout,
             false,
             stub.as_mut().map(|s| s as &mut dyn sys::WhileWaiting),
-        );
+            told_early.then(|| status_read.as_raw_fd()),
+        ) {
+            Ok(Some(status)) => Ok(status),
+            Err(e) => Err(e),
+            Ok(None) => {
+                let reported = sys::read_to_end(&status_read).unwrap_or_default();
+                match told_exit_code(&reported) {
+                    Some(code) => {
+                        sys::forward_signals_to(0);
+                        super::reap_later(child.id() as libc::pid_t);
+                        told = Some(reported);
+                        Ok(ExitStatus::Code(code))
+                    }
+                    // Closed without the command's exit: bwrap's setup ended (or bwrap was
+                    // killed); its own exit says how.
+                    None => {
+                        told = Some(reported);
+                        wait_child_serving(
+                            &mut child,
+                            policy.limits.timeout,
+                            false,
+                            stub.as_mut().map(|s| s as &mut dyn sys::WhileWaiting),
+                        )
+                    }
+                }
+            }
+        };
         // bwrap is gone, and with it (--die-with-parent, PID 1) the whole sandbox.
         drop(bridge);
         let lookups = stub
@@ -713,7 +748,10 @@ impl Executor for BubblewrapExecutor {
         let status = status?;
         let stdout = join_reader(out)?;
         let stderr = join_reader(err)?;
-        let reported = sys::read_to_end(&status_read).unwrap_or_default();
+        let reported = match told {
+            Some(reported) => reported,
+            None => sys::read_to_end(&status_read).unwrap_or_default(),
+        };
         if let Some(error) = setup_failure(status, &reported, stdio, &stderr.text()) {
             return Err(ExecError::Setup {
                 stage: "bwrap".into(),
@@ -729,6 +767,35 @@ impl Executor for BubblewrapExecutor {
             namespaces_made_ahead,
         })
     }
+}
+
+/// Whether this run takes the command's end from bwrap's status pipe instead of waiting for
+/// bwrap's exit ("The end told early", docs/executors.md). bwrap's monitor writes the
+/// command's exit code there and closes it the moment the command has exited, then exits;
+/// as PID 1 of the PID namespace the spawn hook made, its exit makes the kernel kill whatever
+/// is left of the sandbox, and the exit completes only once the sandbox's namespaces are torn
+/// down (about 0.3 ms here), which the supervisor's audit close need not wait for. Only:
+///
+/// - with that PID namespace (`ProcessLimit::PidNamespace`): otherwise processes the command
+///   left behind could outlive bwrap's exit code;
+/// - with the terminal's stdio: captured output is only complete when every writer is gone,
+///   which is after that teardown anyway;
+/// - in a direct run: a staged run's view is read as soon as the run returns, and must not
+///   change under it while the sandbox is being killed.
+fn told_early(limit: &ProcessLimit, stdio: StdioMode, policy: &ExecPolicy) -> bool {
+    matches!(limit, ProcessLimit::PidNamespace(_))
+        && stdio == StdioMode::Inherit
+        && policy.staged.is_none()
+}
+
+/// The command's exit code in what bwrap wrote to its status pipe (`{ "exit-code": N }`, one
+/// JSON object per line), if it wrote one.
+fn told_exit_code(reported: &[u8]) -> Option<i32> {
+    serde_json::Deserializer::from_slice(reported)
+        .into_iter::<serde_json::Value>()
+        .map_while(Result::ok)
+        .find_map(|object| object.get("exit-code")?.as_i64())
+        .and_then(|code| i32::try_from(code).ok())
 }
 
 /// bwrap's own setup failure, told apart from the command's exit code: bwrap exited normally

@@ -526,8 +526,18 @@ fn cap_last_cap() -> u32 {
         .unwrap_or(40)
 }
 
+/// Whether this run learns the command's end from outer's last report instead of outer's exit
+/// ([`sys::NativePlan::report_end`]; "The end told early", docs/executors.md). Only with the
+/// terminal's stdio (captured output is complete only when every writer is gone, which is
+/// after the teardown anyway) and in a direct run (a staged run's view is read as soon as the
+/// run returns).
+fn told_early(stdio: StdioMode, policy: &ExecPolicy) -> bool {
+    stdio == StdioMode::Inherit && policy.staged.is_none()
+}
+
 pub(crate) fn stage_name(code: u32, mount_names: &[String]) -> String {
-    const NAMES: [(Stage, &str); 32] = [
+    const NAMES: [(Stage, &str); 33] = [
+        (Stage::Finished, "the sandbox's end (not a failure)"),
         (
             Stage::Pid1Mount,
             "PID 1: a mount step after /proc (the agent's view)",
@@ -614,6 +624,8 @@ impl Executor for LandlockExecutor {
         stdio: StdioMode,
         release: super::Release<'_>,
     ) -> Result<Outcome, ExecError> {
+        // An earlier sandbox of this process whose end was told early is gone by now.
+        super::reap_finished();
         let Some(argv0) = cmd.argv.first() else {
             return Err(ExecError::InvalidCommand("empty command".into()));
         };
@@ -757,6 +769,7 @@ impl Executor for LandlockExecutor {
             release: Some((release_read.as_raw_fd(), release_write.as_raw_fd())),
             namespaces,
             affinity: rustix::thread::sched_getaffinity(None).ok(),
+            report_end: told_early(stdio, policy),
         };
         let start = Instant::now();
         let pid = sys::spawn_native(&plan).map_err(setup_err("fork"))?;
@@ -815,11 +828,37 @@ impl Executor for LandlockExecutor {
         // the whole sandbox.
         sys::forward_signals_to(pid);
         // `wait_pid_serving` stops the forwarding before it reaps (the pid cannot be reused meanwhile).
-        let waited = sys::wait_pid_serving(
+        let mut told = None;
+        let waited = match sys::wait_pid_or_finished(
             pid,
             policy.limits.timeout,
             stub.as_mut().map(|s| s as &mut dyn sys::WhileWaiting),
-        );
+            plan.report_end.then(|| report_read.as_raw_fd()),
+        ) {
+            Ok(Some(waited)) => Ok(waited),
+            Err(e) => Err(e),
+            Ok(None) => {
+                let reports =
+                    sys::decode_reports(&sys::read_to_end(&report_read).unwrap_or_default());
+                let end = reports.iter().find(|r| r.stage == Stage::Finished as u32);
+                let waited = match end {
+                    // PID 1 is reaped: nothing of the sandbox runs; outer is on its way out.
+                    Some(end) => {
+                        sys::forward_signals_to(0);
+                        super::reap_later(pid);
+                        Ok(Some(sys::RawExit::Code(end.value)))
+                    }
+                    // Hung up without the end: outer died; its exit says how.
+                    None => sys::wait_pid_serving(
+                        pid,
+                        policy.limits.timeout,
+                        stub.as_mut().map(|s| s as &mut dyn sys::WhileWaiting),
+                    ),
+                };
+                told = Some(reports);
+                waited
+            }
+        };
         // The whole sandbox is gone (outer exits after PID 1): close the bridge with it.
         drop(bridge);
         let lookups = stub
@@ -829,7 +868,12 @@ impl Executor for LandlockExecutor {
             what: "waiting for the sandbox",
             error: source,
         })?;
-        let reports = sys::decode_reports(&sys::read_to_end(&report_read).unwrap_or_default());
+        let mut reports = match told {
+            Some(reports) => reports,
+            None => sys::decode_reports(&sys::read_to_end(&report_read).unwrap_or_default()),
+        };
+        // The end is not a failure.
+        reports.retain(|r| r.stage != Stage::Finished as u32);
         if let Some(reason) = release_failure {
             // Readers end with the killed sandbox; their output is not the command's.
             let _ = join_reader(out);

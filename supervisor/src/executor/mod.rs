@@ -44,6 +44,37 @@ pub(crate) fn start_up_program() -> Result<(), String> {
     })
 }
 
+/// The outermost processes of sandboxes whose end was told early ("The end told early" in
+/// docs/executors.md): their command has exited and everything left of the sandbox is being
+/// killed, but they are still exiting (their exit waits for the teardown of the sandbox's
+/// namespaces). Reaped by [`reap_finished`].
+static FINISHING: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
+
+/// Reap `pid` (a child of this process whose sandbox has ended) later, with [`reap_finished`].
+/// Signals must no longer be forwarded to it.
+pub(crate) fn reap_later(pid: libc::pid_t) {
+    match FINISHING.lock() {
+        Ok(mut pending) => pending.push(pid),
+        // Never poisoned (nothing panics under it); if it were, reap now rather than never.
+        Err(_) => {
+            let _ = crate::sys::reap_child(pid);
+        }
+    }
+}
+
+/// Wait for and reap every sandbox process left by [`reap_later`]. Called before the process
+/// ends (`cli::main`) and before each sandbox starts, so that nothing Garuda started outlives
+/// it, not even as a zombie, and none piles up in a long session.
+pub fn reap_finished() {
+    let pending = FINISHING
+        .lock()
+        .map(|mut p| std::mem::take(&mut *p))
+        .unwrap_or_default();
+    for pid in pending {
+        let _ = crate::sys::reap_child(pid);
+    }
+}
+
 /// The executor backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
