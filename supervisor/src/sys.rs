@@ -1228,8 +1228,10 @@ fn outer_main(plan: &NativePlan) -> ! {
     // outlives the setup in this process.
     if plan.report_end && rep >= 3 {
         let rep = rep as u32;
-        // SAFETY: close_range with integer arguments (3 ≤ rep, so the first range is valid).
-        unsafe { libc::syscall(libc::SYS_close_range, 3u32, rep - 1, 0u32) };
+        if rep > 3 {
+            // SAFETY: close_range with integer arguments (3 < rep: a valid range).
+            unsafe { libc::syscall(libc::SYS_close_range, 3u32, rep - 1, 0u32) };
+        }
         close_from(rep + 1);
     } else {
         close_from(3);

@@ -707,6 +707,7 @@ impl Executor for BubblewrapExecutor {
         // `wait_child` stops the forwarding before it reaps (the pid cannot be reused meanwhile).
         let told_early = told_early(&limit, stdio, policy);
         let mut told = None;
+        let deadline = policy.limits.timeout.map(|limit| Instant::now() + limit);
         let status = match wait_child_or_finished(
             &mut child,
             policy.limits.timeout,
@@ -726,12 +727,12 @@ impl Executor for BubblewrapExecutor {
                         Ok(ExitStatus::Code(code))
                     }
                     // Closed without the command's exit: bwrap's setup ended (or bwrap was
-                    // killed); its own exit says how.
+                    // killed); its own exit says how (within what is left of the timeout).
                     None => {
                         told = Some(reported);
                         wait_child_serving(
                             &mut child,
-                            policy.limits.timeout,
+                            deadline.map(|d| d.saturating_duration_since(Instant::now())),
                             false,
                             stub.as_mut().map(|s| s as &mut dyn sys::WhileWaiting),
                         )

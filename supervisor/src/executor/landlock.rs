@@ -829,6 +829,7 @@ impl Executor for LandlockExecutor {
         sys::forward_signals_to(pid);
         // `wait_pid_serving` stops the forwarding before it reaps (the pid cannot be reused meanwhile).
         let mut told = None;
+        let deadline = policy.limits.timeout.map(|limit| Instant::now() + limit);
         let waited = match sys::wait_pid_or_finished(
             pid,
             policy.limits.timeout,
@@ -840,7 +841,8 @@ impl Executor for LandlockExecutor {
             Ok(None) => {
                 let reports =
                     sys::decode_reports(&sys::read_to_end(&report_read).unwrap_or_default());
-                let end = reports.iter().find(|r| r.stage == Stage::Finished as u32);
+                // Outer's end is the last record it writes: one anywhere else is not it.
+                let end = reports.last().filter(|r| r.stage == Stage::Finished as u32);
                 let waited = match end {
                     // PID 1 is reaped: nothing of the sandbox runs; outer is on its way out.
                     Some(end) => {
@@ -848,10 +850,11 @@ impl Executor for LandlockExecutor {
                         super::reap_later(pid);
                         Ok(Some(sys::RawExit::Code(end.value)))
                     }
-                    // Hung up without the end: outer died; its exit says how.
+                    // Hung up without the end: outer died; its exit says how (within what
+                    // is left of the timeout).
                     None => sys::wait_pid_serving(
                         pid,
-                        policy.limits.timeout,
+                        deadline.map(|d| d.saturating_duration_since(Instant::now())),
                         stub.as_mut().map(|s| s as &mut dyn sys::WhileWaiting),
                     ),
                 };

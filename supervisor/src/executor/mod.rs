@@ -62,15 +62,19 @@ pub(crate) fn reap_later(pid: libc::pid_t) {
     }
 }
 
-/// Wait for and reap every sandbox process left by [`reap_later`]. Called before the process
-/// ends (`cli::main`) and before each sandbox starts, so that nothing Garuda started outlives
-/// it, not even as a zombie, and none piles up in a long session.
+/// Reap every sandbox process left by [`reap_later`], killing it first: its command is over
+/// and it is only on its way out, but one stopped there (`SIGSTOP` from another process of the
+/// user) must neither hang `garuda` nor keep what it would have killed alive. The pid is
+/// still this process's unreaped child, so the signal cannot reach another process. Called
+/// before the process ends (`cli::main`) and before each sandbox starts, so that nothing
+/// Garuda started outlives it, not even as a zombie, and none piles up in a long session.
 pub fn reap_finished() {
     let pending = FINISHING
         .lock()
         .map(|mut p| std::mem::take(&mut *p))
         .unwrap_or_default();
     for pid in pending {
+        let _ = crate::sys::kill(pid, libc::SIGKILL);
         let _ = crate::sys::reap_child(pid);
     }
 }
@@ -331,4 +335,41 @@ pub(crate) fn send_release(release: Release<'_>, go: std::os::fd::OwnedFd) -> Re
     release()?;
     let mut go = std::fs::File::from(go);
     Ok(std::io::Write::write_all(&mut go, b"!").is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A sandbox process left to [`super::reap_finished`] that someone stopped on its way out
+    /// is killed and reaped, not waited for forever. Control: it was stopped (state `T`).
+    #[test]
+    #[allow(clippy::zombie_processes)] // reaped by pid, through `reap_finished`: what is tested
+    fn a_stopped_process_left_to_reap_is_killed_and_reaped() {
+        let child = std::process::Command::new("sleep")
+            .arg("100")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        crate::sys::kill(pid, libc::SIGSTOP).unwrap();
+        let stopped = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('T'))
+            })
+        });
+        assert!(stopped, "the control: sleep was stopped");
+        super::reap_later(pid);
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            super::reap_finished();
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("reap_finished returned");
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "reaped: no /proc entry left"
+        );
+    }
 }
