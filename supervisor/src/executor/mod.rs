@@ -62,19 +62,26 @@ pub(crate) fn reap_later(pid: libc::pid_t) {
     }
 }
 
-/// Reap every sandbox process left by [`reap_later`], killing it first: its command is over
-/// and it is only on its way out, but one stopped there (`SIGSTOP` from another process of the
-/// user) must neither hang `garuda` nor keep what it would have killed alive. The pid is
-/// still this process's unreaped child, so the signal cannot reach another process. Called
-/// before the process ends (`cli::main`) and before each sandbox starts, so that nothing
-/// Garuda started outlives it, not even as a zombie, and none piles up in a long session.
+/// How long [`reap_finished`] waits for a sandbox process on its way out before it kills it.
+const FINISH_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Reap every sandbox process left by [`reap_later`]. Its command is over and it is only on
+/// its way out, so it is waited for, at most [`FINISH_WAIT`], then killed: one stopped there
+/// (`SIGSTOP` from another process of the user) must neither hang `garuda` nor keep what it
+/// would have killed alive. Not killed at once: bubblewrap's spawned process reaps bwrap on
+/// its way out, and killed it would leave bwrap to init. The pid is still this process's
+/// unreaped child, so the signal cannot reach another process. Called before the process ends
+/// (`cli::main`) and before each sandbox starts, so that nothing Garuda started outlives it,
+/// not even as a zombie, and none piles up in a long session.
 pub fn reap_finished() {
     let pending = FINISHING
         .lock()
         .map(|mut p| std::mem::take(&mut *p))
         .unwrap_or_default();
     for pid in pending {
-        let _ = crate::sys::kill(pid, libc::SIGKILL);
+        if !matches!(crate::sys::wait_exited(pid, Some(FINISH_WAIT)), Ok(true)) {
+            let _ = crate::sys::kill(pid, libc::SIGKILL);
+        }
         let _ = crate::sys::reap_child(pid);
     }
 }
