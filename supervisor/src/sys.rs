@@ -259,25 +259,7 @@ pub fn wait_pid_serving(
     timeout: Option<Duration>,
     serving: Option<&mut dyn WhileWaiting>,
 ) -> io::Result<Option<RawExit>> {
-    // Without a `finished` descriptor the wait cannot end early.
-    Ok(wait_pid_or_finished(pid, timeout, serving, None)?.unwrap_or(None))
-}
-
-/// [`wait_pid_serving`], or `None` as soon as the pipe whose read end is `finished` hangs up
-/// ([`wait_exited_or_finished`]): then `pid` is neither reaped nor killed, and signals are
-/// still forwarded to it; the caller decides.
-#[allow(clippy::option_option)] // outer: ended early or not; inner: timed out or not
-pub fn wait_pid_or_finished(
-    pid: libc::pid_t,
-    timeout: Option<Duration>,
-    serving: Option<&mut dyn WhileWaiting>,
-    finished: Option<RawFd>,
-) -> io::Result<Option<Option<RawExit>>> {
-    let end = wait_exited_or_finished(pid, timeout, serving, finished)?;
-    if end == WaitEnd::Finished {
-        return Ok(None);
-    }
-    let exited = end == WaitEnd::Exited;
+    let exited = wait_exited_serving(pid, timeout, serving)?;
     if !exited {
         let _ = kill(pid, libc::SIGKILL);
         wait_exited(pid, None)?;
@@ -286,7 +268,7 @@ pub fn wait_pid_or_finished(
     // before it is reaped, so a late signal never reaches a process that took the pid.
     forward_signals_to(0);
     let status = reap(pid)?;
-    Ok(Some(exited.then_some(status)))
+    Ok(exited.then_some(status))
 }
 
 /// Descriptors the thread that waits for a sandbox answers while it waits: the resolver
@@ -329,8 +311,7 @@ pub enum WaitEnd {
 
 /// [`wait_exited_serving`], ending early when the pipe whose read end is `finished` hangs up:
 /// a sandbox's last process can tell the supervisor its end that way before its own exit
-/// (which waits for the teardown of the sandbox's namespaces), see
-/// `executor::bubblewrap` ("The end told early").
+/// (which waits for the teardown of the sandbox's namespaces), see `executor::wait_sandbox`.
 pub fn wait_exited_or_finished(
     pid: libc::pid_t,
     timeout: Option<Duration>,

@@ -591,6 +591,35 @@ print(f"exit {code} left {left}")
     assert_eq!(run("host"), "exit 7 left 1", "the control");
 }
 
+/// The end told early comes only once the command has ended: a command that closes its
+/// stdio and goes on still finishes its work before `garuda` returns, and its own exit code
+/// is the run's. (Mutation-checked: outer telling its end before it reaps PID 1 made `garuda`
+/// return while the command still ran.)
+#[test]
+fn the_end_is_told_only_after_the_command() {
+    let w = world();
+    for executor in ["landlock", "bubblewrap"] {
+        let marker = w.project.join(format!("done-{executor}"));
+        let script = "exec 0<&- 1>&- 2>&-; sleep 0.3; echo done > \"$0\"; exit 5";
+        let out = sandbox(
+            &w,
+            &["--executor", executor],
+            &["sh", "-c", script, marker.to_str().unwrap()],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(5),
+            "{executor}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(&marker).ok().as_deref(),
+            Some("done\n"),
+            "{executor}: the command's work is done when garuda returns"
+        );
+    }
+}
+
 /// The newest audit session's `command_result` event.
 fn newest_command_result(w: &World) -> serde_json::Value {
     let shown = Command::new(garuda())

@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use garuda_policy::{ExecPolicy, NetworkMode};
 
-use super::capture::{join_reader, spawn_reader, wait_child_or_finished, wait_child_serving};
+use super::capture::{join_reader, spawn_reader};
 use super::layout::{layout, Op};
 use super::{CommandSpec, ExecError, Executor, ExecutorKind, ExitStatus, Outcome, StdioMode};
 use crate::netbridge;
@@ -704,55 +704,34 @@ impl Executor for BubblewrapExecutor {
         let err = child.stderr.take().map(|s| spawn_reader(s, cap));
         // A signal to the supervisor kills bwrap, and with it (PID 1 of the sandbox) the rest.
         sys::forward_signals_to(child.id() as libc::pid_t);
-        // `wait_child` stops the forwarding before it reaps (the pid cannot be reused meanwhile).
-        let told_early = told_early(&limit, stdio, policy);
-        let mut told = None;
-        let deadline = policy.limits.timeout.map(|limit| Instant::now() + limit);
-        let status = match wait_child_or_finished(
-            &mut child,
+        // `wait_sandbox` stops the forwarding before it reaps (the pid cannot be reused
+        // meanwhile), or before it leaves the process, done, to `reap_finished`. It reaps by
+        // pid: `child` is never waited for by `std`.
+        let waited = super::wait_sandbox(
+            child.id() as libc::pid_t,
             policy.limits.timeout,
-            false,
             stub.as_mut().map(|s| s as &mut dyn sys::WhileWaiting),
-            told_early.then(|| status_read.as_raw_fd()),
-        ) {
-            Ok(Some(status)) => Ok(status),
-            Err(e) => Err(e),
-            Ok(None) => {
-                let reported = sys::read_to_end(&status_read).unwrap_or_default();
-                match told_exit_code(&reported) {
-                    Some(code) => {
-                        sys::forward_signals_to(0);
-                        super::reap_later(child.id() as libc::pid_t);
-                        told = Some(reported);
-                        Ok(ExitStatus::Code(code))
-                    }
-                    // Closed without the command's exit: bwrap's setup ended (or bwrap was
-                    // killed); its own exit says how (within what is left of the timeout).
-                    None => {
-                        told = Some(reported);
-                        wait_child_serving(
-                            &mut child,
-                            deadline.map(|d| d.saturating_duration_since(Instant::now())),
-                            false,
-                            stub.as_mut().map(|s| s as &mut dyn sys::WhileWaiting),
-                        )
-                    }
-                }
-            }
-        };
+            told_early(&limit, stdio, policy).then_some(super::ToldEnd {
+                pipe: &status_read,
+                exit_code: told_exit_code,
+            }),
+        )
+        .map_err(|source| ExecError::Io {
+            what: "waiting for the command",
+            error: source,
+        });
         // bwrap is gone, and with it (--die-with-parent, PID 1) the whole sandbox.
         drop(bridge);
         let lookups = stub
             .map(crate::dnsstub::Answering::finish)
             .unwrap_or_default();
         remove_limit(&limit);
-        let status = status?;
+        let (waited, written) = waited?;
+        let status = waited.map_or(ExitStatus::TimedOut, ExitStatus::from);
         let stdout = join_reader(out)?;
         let stderr = join_reader(err)?;
-        let reported = match told {
-            Some(reported) => reported,
-            None => sys::read_to_end(&status_read).unwrap_or_default(),
-        };
+        let reported =
+            written.unwrap_or_else(|| sys::read_to_end(&status_read).unwrap_or_default());
         if let Some(error) = setup_failure(status, &reported, stdio, &stderr.text()) {
             return Err(ExecError::Setup {
                 stage: "bwrap".into(),

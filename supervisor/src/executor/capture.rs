@@ -96,21 +96,6 @@ pub fn wait_child_serving(
     kill_group: bool,
     serving: Option<&mut dyn crate::sys::WhileWaiting>,
 ) -> Result<ExitStatus, ExecError> {
-    let waited = wait_child_or_finished(child, timeout, kill_group, serving, None)?;
-    Ok(waited.unwrap_or(ExitStatus::TimedOut))
-}
-
-/// [`wait_child_serving`], or `None` as soon as the pipe whose read end is `finished` hangs
-/// up (see [`crate::sys::wait_exited_or_finished`]): then the child is neither reaped nor
-/// killed, and signals are still forwarded to it; the caller decides.
-pub fn wait_child_or_finished(
-    child: &mut std::process::Child,
-    timeout: Option<Duration>,
-    kill_group: bool,
-    serving: Option<&mut dyn crate::sys::WhileWaiting>,
-    finished: Option<std::os::fd::RawFd>,
-) -> Result<Option<ExitStatus>, ExecError> {
-    use crate::sys::WaitEnd;
     let io = |source| ExecError::Io {
         what: "waiting for the command",
         error: source,
@@ -120,11 +105,7 @@ pub fn wait_child_or_finished(
     // Wait for the exit without reaping: while the child is a zombie its pid (and process
     // group id) cannot be reused, so the signal forwarding is cleared and the group killed
     // before anything could take them over.
-    let end = crate::sys::wait_exited_or_finished(pid, timeout, serving, finished).map_err(io)?;
-    if end == WaitEnd::Finished {
-        return Ok(None);
-    }
-    let exited = end == WaitEnd::Exited;
+    let exited = crate::sys::wait_exited_serving(pid, timeout, serving).map_err(io)?;
     if !exited {
         let _ = crate::sys::kill(target, libc::SIGKILL);
         crate::sys::wait_exited(pid, None).map_err(io)?;
@@ -135,11 +116,11 @@ pub fn wait_child_or_finished(
         let _ = crate::sys::kill(-pid, libc::SIGKILL);
     }
     let status = child.wait().map_err(io)?;
-    Ok(Some(if exited {
+    Ok(if exited {
         map_status(status)
     } else {
         ExitStatus::TimedOut
-    }))
+    })
 }
 
 /// Wait for a `std` child and collect its capped output (the child must have been spawned with

@@ -526,6 +526,15 @@ fn cap_last_cap() -> u32 {
         .unwrap_or(40)
 }
 
+/// The exit code in outer's last report ([`Stage::Finished`]), if that is what it wrote last:
+/// the end is the last record outer writes, one anywhere else is not it.
+fn finished_code(written: &[u8]) -> Option<i32> {
+    sys::decode_reports(written)
+        .last()
+        .filter(|r| r.stage == Stage::Finished as u32)
+        .map(|r| r.value)
+}
+
 /// Whether this run learns the command's end from outer's last report instead of outer's exit
 /// ([`sys::NativePlan::report_end`]; "The end told early", docs/executors.md). Only with the
 /// terminal's stdio (captured output is complete only when every writer is gone, which is
@@ -827,54 +836,28 @@ impl Executor for LandlockExecutor {
         // A signal to the supervisor kills the outer process, and through the death signal
         // the whole sandbox.
         sys::forward_signals_to(pid);
-        // `wait_pid_serving` stops the forwarding before it reaps (the pid cannot be reused meanwhile).
-        let mut told = None;
-        let deadline = policy.limits.timeout.map(|limit| Instant::now() + limit);
-        let waited = match sys::wait_pid_or_finished(
+        // `wait_sandbox` stops the forwarding before it reaps (the pid cannot be reused
+        // meanwhile), or before it leaves outer, done, to `reap_finished`.
+        let waited = super::wait_sandbox(
             pid,
             policy.limits.timeout,
             stub.as_mut().map(|s| s as &mut dyn sys::WhileWaiting),
-            plan.report_end.then(|| report_read.as_raw_fd()),
-        ) {
-            Ok(Some(waited)) => Ok(waited),
-            Err(e) => Err(e),
-            Ok(None) => {
-                let reports =
-                    sys::decode_reports(&sys::read_to_end(&report_read).unwrap_or_default());
-                // Outer's end is the last record it writes: one anywhere else is not it.
-                let end = reports.last().filter(|r| r.stage == Stage::Finished as u32);
-                let waited = match end {
-                    // PID 1 is reaped: nothing of the sandbox runs; outer is on its way out.
-                    Some(end) => {
-                        sys::forward_signals_to(0);
-                        super::reap_later(pid);
-                        Ok(Some(sys::RawExit::Code(end.value)))
-                    }
-                    // Hung up without the end: outer died; its exit says how (within what
-                    // is left of the timeout).
-                    None => sys::wait_pid_serving(
-                        pid,
-                        deadline.map(|d| d.saturating_duration_since(Instant::now())),
-                        stub.as_mut().map(|s| s as &mut dyn sys::WhileWaiting),
-                    ),
-                };
-                told = Some(reports);
-                waited
-            }
-        };
+            plan.report_end.then_some(super::ToldEnd {
+                pipe: &report_read,
+                exit_code: finished_code,
+            }),
+        );
         // The whole sandbox is gone (outer exits after PID 1): close the bridge with it.
         drop(bridge);
         let lookups = stub
             .map(crate::dnsstub::Answering::finish)
             .unwrap_or_default();
-        let waited = waited.map_err(|source| ExecError::Io {
+        let (waited, written) = waited.map_err(|source| ExecError::Io {
             what: "waiting for the sandbox",
             error: source,
         })?;
-        let mut reports = match told {
-            Some(reports) => reports,
-            None => sys::decode_reports(&sys::read_to_end(&report_read).unwrap_or_default()),
-        };
+        let written = written.unwrap_or_else(|| sys::read_to_end(&report_read).unwrap_or_default());
+        let mut reports = sys::decode_reports(&written);
         // The end is not a failure.
         reports.retain(|r| r.stage != Stage::Finished as u32);
         if let Some(reason) = release_failure {
@@ -912,10 +895,7 @@ impl Executor for LandlockExecutor {
                         error: std::io::Error::from_raw_os_error(r.value),
                     });
                 } else {
-                    match raw {
-                        sys::RawExit::Code(c) => ExitStatus::Code(c),
-                        sys::RawExit::Signal(s) => ExitStatus::Signal(s),
-                    }
+                    raw.into()
                 }
             }
         };

@@ -62,6 +62,64 @@ pub(crate) fn reap_later(pid: libc::pid_t) {
     }
 }
 
+/// Where a sandbox tells its end before its outermost process has exited ("The end told
+/// early", docs/executors.md): a pipe only that process still holds, and how to read the exit
+/// code from what it wrote there before it closed it.
+pub(crate) struct ToldEnd<'a> {
+    pub pipe: &'a std::os::fd::OwnedFd,
+    pub exit_code: fn(&[u8]) -> Option<i32>,
+}
+
+/// Wait for the sandbox's outermost process `pid` as [`crate::sys::wait_pid_serving`] does
+/// (killed at the timeout, forwarding stopped, reaped), or, with `told`, until its pipe hangs
+/// up with the exit code in it: then the process is left to [`reap_finished`] and signals are
+/// no longer forwarded to it. A hang-up without the exit code (the process died, or its setup
+/// ended) goes back to waiting for the exit, within what is left of the timeout. Returns the
+/// exit (`None`: timed out) and what was read from the pipe, if it was read.
+pub(crate) fn wait_sandbox(
+    pid: libc::pid_t,
+    timeout: Option<std::time::Duration>,
+    mut serving: Option<&mut dyn crate::sys::WhileWaiting>,
+    told: Option<ToldEnd<'_>>,
+) -> std::io::Result<(Option<crate::sys::RawExit>, Option<Vec<u8>>)> {
+    use std::os::fd::AsRawFd;
+    let deadline = timeout.map(|limit| std::time::Instant::now() + limit);
+    let mut written = None;
+    if let Some(told) = told {
+        let end = crate::sys::wait_exited_or_finished(
+            pid,
+            timeout,
+            // A reborrow for this wait (the trait object's lifetime shortened to it).
+            serving
+                .as_mut()
+                .map(|s| &mut **s as &mut dyn crate::sys::WhileWaiting),
+            Some(told.pipe.as_raw_fd()),
+        )?;
+        if end == crate::sys::WaitEnd::Finished {
+            let bytes = crate::sys::read_to_end(told.pipe).unwrap_or_default();
+            if let Some(code) = (told.exit_code)(&bytes) {
+                crate::sys::forward_signals_to(0);
+                reap_later(pid);
+                return Ok((Some(crate::sys::RawExit::Code(code)), Some(bytes)));
+            }
+            written = Some(bytes);
+        }
+    }
+    // Exited, timed out (then nothing is left of the timeout: killed at once), or hung up
+    // without the end.
+    let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+    Ok((crate::sys::wait_pid_serving(pid, left, serving)?, written))
+}
+
+impl From<crate::sys::RawExit> for ExitStatus {
+    fn from(raw: crate::sys::RawExit) -> ExitStatus {
+        match raw {
+            crate::sys::RawExit::Code(c) => ExitStatus::Code(c),
+            crate::sys::RawExit::Signal(s) => ExitStatus::Signal(s),
+        }
+    }
+}
+
 /// How long [`reap_finished`] waits for a sandbox process on its way out before it kills it.
 const FINISH_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
