@@ -274,8 +274,10 @@ pub(crate) fn write_atomic(
 /// name, and only once it has been the spare for [`SPARE_SETTLED`], so that a reader that opened
 /// it while it was `NAME` has read it (verify also re-reads a checkpoint whose times changed
 /// while it read it). After a power loss (with `sync` off) `NAME` holds the new content, the
-/// old, or the one before the old (the rename kept, the in-place write lost: that block's
-/// first sector holds the whole file, old or new), each a whole checkpoint. A leftover
+/// old, or what the spare held before its in-place write (the rename kept, the write lost:
+/// that block's first sector holds the whole file, old or new), each a whole checkpoint; the
+/// spare is only ever some session's last checkpoint (a session's later checkpoint leaves no
+/// spare), which verify accepts as it accepts an old checkpoint. A leftover
 /// `.NAME.keep` (a crash between the renames) is dropped and made again; a spare that is not
 /// this user's private regular file is replaced, never written through.
 pub(crate) fn replace_reusing_inodes(
@@ -336,10 +338,17 @@ pub(crate) fn replace_reusing_inodes(
         Err(_) => false,
     };
     fs::rename(&spare, &target).map_err(|e| AuditError::io(&target, e))?;
-    if kept {
+    if kept && in_place {
         // The new checkpoint is in place: a spare that cannot be named only makes the next
         // replacement write a fresh file.
         let _ = fs::rename(&keep, &spare);
+    } else if kept {
+        // A session's later checkpoint: the one it replaced may be the same session's
+        // earlier one, which must never become the spare. Written into in place and its
+        // rename kept across a power loss without the write, it would be what `NAME` shows,
+        // and the log continues after its seal (CKPT_BAD, a false alarm). The spare that is
+        // left is always some session's last checkpoint.
+        let _ = fs::remove_file(&keep);
     }
     if sync {
         fsync_dir(dir)?;
@@ -351,8 +360,11 @@ pub(crate) fn replace_reusing_inodes(
 /// that opened it while it was still the checkpoint reads it at once (verify also re-reads a
 /// checkpoint that changed under it, `verify::read_settled`). Two replacements by one session
 /// (microseconds apart when a close after an idle spell publishes twice) do not rely on this:
-/// the caller asks for a fresh file for all but a session's first (`in_place`).
-const SPARE_SETTLED: std::time::Duration = std::time::Duration::from_millis(2);
+/// the caller asks for a fresh file for all but a session's first (`in_place`). 20 ms, not
+/// the 2 ms a reader needs: the change time it is judged by comes from the kernel's coarse
+/// clock on kernels and filesystems without fine-grained timestamps, which moves once per
+/// timer tick (up to 10 ms), so a spare renamed a moment ago can look a tick old.
+const SPARE_SETTLED: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Whether the file's last change (its rename to the spare's name) is at least
 /// [`SPARE_SETTLED`] old.
@@ -490,8 +502,13 @@ mod tests {
         held.read_to_end(&mut seen).unwrap();
         assert_eq!(seen, was, "written in place");
         assert_eq!(fs::read(&target).unwrap(), note(7));
+        // That later replacement's checkpoint may follow the same session's earlier one,
+        // which must never be written into in place (a power loss could show it): no spare.
+        assert!(
+            fs::symlink_metadata(&spare).is_err(),
+            "a session's later checkpoint leaves no spare"
+        );
         // A FIFO at the spare (no reader): refused at once, a fresh file takes its place.
-        fs::remove_file(&spare).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
             &spare,
